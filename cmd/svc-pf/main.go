@@ -1,0 +1,123 @@
+// Command svc-pf is the one binary of the svc-pf platform: each subcommand
+// runs one service (DESIGN.md §2), `all` runs them together around an
+// embedded NATS server.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+
+	"github.com/svc-pf/svc-pf/internal/app"
+	"github.com/svc-pf/svc-pf/internal/config"
+)
+
+// version is set at build time with -ldflags "-X main.version=…"; otherwise
+// the module version from the build info is used.
+var version = ""
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+const usage = `svc-pf — subscriber-aware DNS content filtering
+
+Usage:
+  svc-pf <command> [--config FILE] [--debug]
+  svc-pf --version
+
+Commands:
+  orgmanager   REST API for organisations, prefixes and overrides (default config /etc/svc-pf/orgmanager.yaml)
+  ipmapper     the IP Mapper: session table as a NATS micro service (default config /etc/svc-pf/ipmapper.yaml)
+  all          every service in one process with an embedded NATS server (default config /etc/svc-pf/all.yaml)
+  version      print the version
+`
+
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "version", "--version", "-version":
+		fmt.Fprintln(stdout, "svc-pf", buildVersion())
+		return 0
+	case "help", "--help", "-help", "-h":
+		fmt.Fprint(stdout, usage)
+		return 0
+	case "orgmanager", "ipmapper", "all":
+	default:
+		fmt.Fprintf(stderr, "svc-pf: unknown command %q\n\n%s", cmd, usage)
+		return 2
+	}
+
+	fs := flag.NewFlagSet("svc-pf "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	defaultPath := "/etc/svc-pf/" + cmd + ".yaml"
+	var configPath string
+	fs.StringVar(&configPath, "config", defaultPath, "path of the YAML config file")
+	fs.StringVar(&configPath, "c", defaultPath, "shorthand for --config")
+	debugLog := fs.Bool("debug", false, "force debug-level logging; overrides log.level")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	if err := fs.Parse(rest); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "svc-pf %s: unexpected arguments %q\n", cmd, fs.Args())
+		return 2
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, "svc-pf", buildVersion())
+		return 0
+	}
+	// A file named on the command line must exist; the default may be absent.
+	explicit := false
+	fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "config" || f.Name == "c" })
+
+	v := app.Version(buildVersion())
+	var err error
+	switch cmd {
+	case "orgmanager":
+		cfg := app.DefaultOrgManagerConfig()
+		if err = config.Load(configPath, explicit, &cfg); err == nil {
+			err = app.RunOrgManager(ctx, cfg, v, app.NewLogger(cfg.Log, *debugLog))
+		}
+	case "ipmapper":
+		cfg := app.DefaultIPMapperConfig()
+		if err = config.Load(configPath, explicit, &cfg); err == nil {
+			err = app.RunIPMapper(ctx, cfg, v, app.NewLogger(cfg.Log, *debugLog))
+		}
+	case "all":
+		cfg := app.DefaultAllConfig()
+		if err = config.Load(configPath, explicit, &cfg); err == nil {
+			err = app.RunAll(ctx, cfg, v, app.NewLogger(cfg.Log, *debugLog))
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "svc-pf %s: %v\n", cmd, err)
+		return 1
+	}
+	return 0
+}

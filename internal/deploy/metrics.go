@@ -1,0 +1,54 @@
+package deploy
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	lag             prometheus.Histogram
+	duration        prometheus.Histogram
+	failures        prometheus.Counter
+	sessionsSet     prometheus.Counter
+	sessionsCleaned prometheus.Counter
+	dirty           prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	buckets := []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}
+	m := &metrics{
+		lag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "svcpf_deploy_lag_seconds", Buckets: buckets,
+			Help: "Time from an organisation becoming dirty to its deploy completing.",
+		}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "svcpf_deploy_duration_seconds", Buckets: buckets,
+			Help: "Duration of one successful deploy of one organisation.",
+		}),
+		failures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "svcpf_deploy_failures_total",
+			Help: "Deploys that failed and will be retried.",
+		}),
+		sessionsSet: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "svcpf_deploy_sessions_set_total",
+			Help: "Sessions sent to the IP Mapper with set-session-batch.",
+		}),
+		sessionsCleaned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "svcpf_deploy_sessions_cleaned_total",
+			Help: "Session ids sent to the IP Mapper with clean-sessions.",
+		}),
+		dirty: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "svcpf_deploy_dirty_orgs",
+			Help: "Organisations with changes not yet deployed.",
+		}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.lag, m.duration, m.failures, m.sessionsSet, m.sessionsCleaned, m.dirty} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("deploy: register metrics: %w", err)
+			}
+		}
+	}
+	return m, nil
+}

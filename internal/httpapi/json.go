@@ -1,0 +1,125 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+)
+
+type ctxKey struct{}
+
+func withRequestID(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, ctxKey{}, id)
+}
+
+// RequestID returns the id of the request being served.
+func RequestID(ctx context.Context) string {
+	id, _ := ctx.Value(ctxKey{}).(string)
+	return id
+}
+
+// ErrorBody is the JSON body of every error response.
+type ErrorBody struct {
+	Error     string `json:"error"`
+	Detail    string `json:"detail,omitempty"`
+	RequestID string `json:"request_id,omitempty"`
+}
+
+// WriteJSON writes v as the response body with the given status.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v) // a write error means the client went away
+}
+
+// WriteError writes {"error": msg} with the given 4xx status.
+func WriteError(w http.ResponseWriter, status int, msg string) {
+	WriteJSON(w, status, ErrorBody{Error: msg})
+}
+
+// WriteInternal answers 500 with the error's detail and the request id, so
+// an operator can find the matching log line, and logs it.
+func WriteInternal(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
+	id := RequestID(r.Context())
+	if log != nil {
+		log.Error("request failed", "method", r.Method, "path", r.URL.Path, "request_id", id, "err", err)
+	}
+	writeInternal(w, id, err)
+}
+
+func writeInternal(w http.ResponseWriter, id string, err error) {
+	WriteJSON(w, http.StatusInternalServerError, ErrorBody{
+		Error: "internal server error", Detail: err.Error(), RequestID: id,
+	})
+}
+
+// BodyError is a request body that could not be decoded; Status says which
+// 4xx it deserves.
+type BodyError struct {
+	Status int
+	Msg    string
+}
+
+func (e *BodyError) Error() string { return e.Msg }
+
+// DecodeJSON decodes the request body into dst, reading at most maxBytes.
+// Trailing data after the JSON value is refused.
+func DecodeJSON(w http.ResponseWriter, r *http.Request, maxBytes int64, dst any) error {
+	body := http.MaxBytesReader(w, r.Body, maxBytes)
+	dec := json.NewDecoder(body)
+	if err := dec.Decode(dst); err != nil {
+		return bodyError(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return bodyError(err)
+		}
+		return &BodyError{Status: http.StatusBadRequest, Msg: "invalid JSON: trailing data after the JSON value"}
+	}
+	return nil
+}
+
+func bodyError(err error) error {
+	var mbe *http.MaxBytesError
+	var ute *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &mbe):
+		return &BodyError{Status: http.StatusRequestEntityTooLarge, Msg: fmt.Sprintf("request body larger than %d bytes", mbe.Limit)}
+	case errors.Is(err, io.EOF):
+		return &BodyError{Status: http.StatusBadRequest, Msg: "invalid JSON: empty body"}
+	case errors.As(err, &ute):
+		field := ute.Field
+		if field == "" {
+			field = "body"
+		}
+		return &BodyError{Status: http.StatusBadRequest, Msg: fmt.Sprintf("invalid JSON: %s must be %s, not %s", field, jsonKind(ute.Type.Kind().String()), ute.Value)}
+	case errors.As(err, &se), errors.Is(err, io.ErrUnexpectedEOF):
+		return &BodyError{Status: http.StatusBadRequest, Msg: "invalid JSON: " + err.Error()}
+	}
+	return &BodyError{Status: http.StatusBadRequest, Msg: "invalid JSON: " + err.Error()}
+}
+
+// jsonKind names a Go kind the way a JSON client thinks of it.
+func jsonKind(k string) string {
+	switch k {
+	case "string":
+		return "a string"
+	case "slice", "array":
+		return "an array"
+	case "map", "struct":
+		return "an object"
+	case "bool":
+		return "a boolean"
+	case "int", "int64", "int32", "uint", "uint64", "float64":
+		return "a number"
+	}
+	return k
+}

@@ -1,0 +1,234 @@
+// Package httpapi is the HTTP plumbing every svc-pf listener shares: routing
+// with JSON 404/405 bodies, request ids, panic recovery into a 500 that names
+// the request, request metrics, the status page, /health and /metrics, and a
+// server that speaks TLS on the same listener when configured. Services
+// register their API handlers on a Router; nothing here knows about them.
+package httpapi
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Route is one registered method and path pattern.
+type Route struct {
+	Method  string
+	Pattern string
+}
+
+// RouterConfig configures a Router.
+type RouterConfig struct {
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+}
+
+// Router dispatches by path pattern (net/http ServeMux syntax, without the
+// method) and then by method, so a known path with an unknown method gets a
+// JSON 405 with an Allow header instead of ServeMux's plain-text one.
+type Router struct {
+	mux     *http.ServeMux
+	log     *slog.Logger
+	paths   map[string]map[string]http.HandlerFunc
+	metrics *routerMetrics
+}
+
+type routerMetrics struct {
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+	inFlight prometheus.Gauge
+}
+
+// NewRouter returns a router whose unknown paths answer a JSON 404.
+func NewRouter(cfg RouterConfig) (*Router, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	m := &routerMetrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "svcpf_http_requests_total",
+			Help: "HTTP requests by route pattern, method and status code.",
+		}, []string{"route", "method", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "svcpf_http_request_duration_seconds",
+			Help:    "HTTP request latency by route pattern.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10},
+		}, []string{"route"}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "svcpf_http_requests_in_flight",
+			Help: "HTTP requests being served.",
+		}),
+	}
+	if cfg.Registerer != nil {
+		for _, c := range []prometheus.Collector{m.requests, m.duration, m.inFlight} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("httpapi: register metrics: %w", err)
+			}
+		}
+	}
+	r := &Router{mux: http.NewServeMux(), log: log, paths: map[string]map[string]http.HandlerFunc{}, metrics: m}
+	r.mux.Handle("/", r.instrument("unmatched", func(w http.ResponseWriter, req *http.Request) {
+		WriteError(w, http.StatusNotFound, "no such endpoint: "+req.URL.Path)
+	}))
+	return r, nil
+}
+
+// Handle registers h for method on the path pattern. It panics on a
+// duplicate, like ServeMux, because that is a programming error.
+func (r *Router) Handle(method, pattern string, h http.HandlerFunc) {
+	methods, ok := r.paths[pattern]
+	if !ok {
+		methods = map[string]http.HandlerFunc{}
+		r.paths[pattern] = methods
+		r.mux.Handle(pattern, r.instrument(pattern, func(w http.ResponseWriter, req *http.Request) {
+			r.dispatch(methods, w, req)
+		}))
+	}
+	if _, dup := methods[method]; dup {
+		panic("httpapi: duplicate route " + method + " " + pattern)
+	}
+	methods[method] = h
+}
+
+func (r *Router) dispatch(methods map[string]http.HandlerFunc, w http.ResponseWriter, req *http.Request) {
+	method := req.Method
+	if method == http.MethodHead && methods[http.MethodHead] == nil {
+		method = http.MethodGet // net/http drops the body of a HEAD response
+	}
+	if h := methods[method]; h != nil {
+		h(w, req)
+		return
+	}
+	allow := make([]string, 0, len(methods)+1)
+	for m := range methods {
+		allow = append(allow, m)
+	}
+	if methods[http.MethodGet] != nil && methods[http.MethodHead] == nil {
+		allow = append(allow, http.MethodHead)
+	}
+	slices.Sort(allow)
+	w.Header().Set("Allow", strings.Join(allow, ", "))
+	WriteError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s", req.Method, req.URL.Path))
+}
+
+// Routes lists every registered route, sorted; the OpenAPI test uses it.
+func (r *Router) Routes() []Route {
+	var out []Route
+	for p, methods := range r.paths {
+		for m := range methods {
+			out = append(out, Route{Method: m, Pattern: p})
+		}
+	}
+	slices.SortFunc(out, func(a, b Route) int {
+		if c := strings.Compare(a.Pattern, b.Pattern); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Method, b.Method)
+	})
+	return out
+}
+
+func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	r.mux.ServeHTTP(w, req)
+}
+
+// instrument wraps a handler with what every request gets: a request id,
+// the JSON content type, panic recovery, metrics and a debug access log.
+func (r *Router) instrument(route string, h http.HandlerFunc) http.Handler {
+	requests := r.metrics.requests
+	duration := r.metrics.duration.WithLabelValues(route)
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		start := time.Now()
+		r.metrics.inFlight.Inc()
+		defer r.metrics.inFlight.Dec()
+
+		id := requestIDFrom(req.Header.Get("X-Request-ID"))
+		w.Header().Set("X-Request-ID", id)
+		// The default for every response; non-API pages override it.
+		w.Header().Set("Content-Type", "application/json")
+		sw := &statusWriter{ResponseWriter: w}
+		req = req.WithContext(withRequestID(req.Context(), id))
+
+		defer func() {
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler {
+					panic(p)
+				}
+				r.log.Error("panic in handler", "route", route, "request_id", id, "panic", p)
+				if !sw.wroteHeader {
+					writeInternal(sw, id, fmt.Errorf("panic: %v", p))
+				}
+			}
+			status := sw.status
+			if status == 0 {
+				status = http.StatusOK
+			}
+			requests.WithLabelValues(route, methodLabel(req.Method), fmt.Sprint(status)).Inc()
+			elapsed := time.Since(start)
+			duration.Observe(elapsed.Seconds())
+			r.log.Debug("request", "method", req.Method, "path", req.URL.Path, "status", status,
+				"duration", elapsed, "request_id", id)
+		}()
+		h(sw, req)
+	})
+}
+
+// methodLabel bounds the method label to the standard methods.
+func methodLabel(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions:
+		return m
+	}
+	return "other"
+}
+
+// requestIDFrom keeps a client-supplied id when it is short printable ASCII
+// (it is echoed in headers and logs) and generates one otherwise.
+func requestIDFrom(s string) string {
+	if s != "" && len(s) <= 128 {
+		ok := true
+		for i := 0; i < len(s); i++ {
+			if s[i] < 0x21 || s[i] > 0x7e {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return s
+		}
+	}
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go ≥ 1.24)
+	return hex.EncodeToString(b[:])
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status      int
+	wroteHeader bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wroteHeader {
+		w.status, w.wroteHeader = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if !w.wroteHeader {
+		w.status, w.wroteHeader = http.StatusOK, true
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -1,0 +1,503 @@
+// Package orgmanager is the REST API of spec 1: organisations, their IP
+// prefixes, per-CIDR overrides and effective ranges. It validates requests,
+// writes through the store (the source of truth), tells the deployer which
+// organisation changed, and reads effective ranges back from the deploy
+// cache, or from the store with force_latest=1.
+package orgmanager
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"time"
+
+	"github.com/svc-pf/svc-pf/internal/cidr"
+	"github.com/svc-pf/svc-pf/internal/deploy"
+	"github.com/svc-pf/svc-pf/internal/httpapi"
+	"github.com/svc-pf/svc-pf/internal/orgstore"
+	"github.com/svc-pf/svc-pf/internal/ranges"
+)
+
+// maxBody bounds request bodies: a full batch of 10 000 items with
+// metadata fits several times over.
+const maxBody = 32 << 20
+
+// Store is what the API needs from the source of truth.
+type Store interface {
+	PutOrg(ctx context.Context, id string) (int64, error)
+	GetOrg(ctx context.Context, id string) (orgstore.Org, error)
+	DeleteOrg(ctx context.Context, id string) error
+	UpdatePrefixes(ctx context.Context, org string, add, remove []netip.Prefix) (int64, error)
+	Prefixes(ctx context.Context, org string) (int64, []netip.Prefix, error)
+	PutOverride(ctx context.Context, org string, o orgstore.Override) (int64, error)
+	DeleteOverride(ctx context.Context, org string, cidr netip.Prefix) (int64, error)
+	ApplyBatch(ctx context.Context, org string, ops []orgstore.BatchOp) (int64, error)
+	ReadOverrides(ctx context.Context, org string, d orgstore.Detail) (orgstore.View, error)
+	ReadOverride(ctx context.Context, org string, cidr netip.Prefix) (orgstore.View, error)
+}
+
+// Deployer is what the API needs from the deploy pipeline.
+type Deployer interface {
+	Notify(org string)
+	Redeploy(org string)
+	Status(org string) deploy.Status
+}
+
+// Config configures the API.
+type Config struct {
+	Store    Store
+	Deployer Deployer
+	Logger   *slog.Logger
+}
+
+// API serves spec 1.
+type API struct {
+	store  Store
+	deploy Deployer
+	log    *slog.Logger
+}
+
+// New returns the API; Register mounts it.
+func New(cfg Config) (*API, error) {
+	if cfg.Store == nil || cfg.Deployer == nil {
+		return nil, errors.New("orgmanager: Store and Deployer are required")
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &API{store: cfg.Store, deploy: cfg.Deployer, log: log}, nil
+}
+
+// Register mounts every endpoint of spec 1 on r.
+func (a *API) Register(r *httpapi.Router) {
+	r.Handle(http.MethodPut, "/org/{org}", a.org(a.putOrg))
+	r.Handle(http.MethodPatch, "/org/{org}", a.org(a.putOrg))
+	r.Handle(http.MethodGet, "/org/{org}", a.org(a.getOrg))
+	r.Handle(http.MethodDelete, "/org/{org}", a.org(a.deleteOrg))
+	r.Handle(http.MethodPost, "/org/{org}/redeploy", a.org(a.redeploy))
+	r.Handle(http.MethodGet, "/org/{org}/prefixes", a.org(a.getPrefixes))
+	r.Handle(http.MethodPatch, "/org/{org}/prefixes", a.org(a.patchPrefixes))
+	r.Handle(http.MethodGet, "/org/{org}/overrides", a.org(a.getOverrides))
+	r.Handle(http.MethodPost, "/org/{org}/overrides", a.org(a.postOverride))
+	r.Handle(http.MethodDelete, "/org/{org}/overrides", a.org(a.deleteOverride))
+	r.Handle(http.MethodPost, "/org/{org}/overrides/batch", a.org(a.postBatch))
+	r.Handle(http.MethodGet, "/org/{org}/effective-ranges", a.org(a.effectiveRanges))
+}
+
+type orgHandler func(w http.ResponseWriter, r *http.Request, org string)
+
+// org validates the {org} path segment before the handler runs.
+func (a *API) org(h orgHandler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		org := r.PathValue("org")
+		if err := validOrgID(org); err != nil {
+			httpapi.WriteError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		h(w, r, org)
+	}
+}
+
+// fail maps store errors to their status; anything unexpected is a 500.
+func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var overlap *orgstore.OverlapError
+	switch {
+	case errors.Is(err, orgstore.ErrOrgNotFound):
+		httpapi.WriteError(w, http.StatusNotFound, "organisation not found")
+	case errors.Is(err, orgstore.ErrOverrideNotFound):
+		httpapi.WriteError(w, http.StatusNotFound, "override not found")
+	case errors.As(err, &overlap):
+		httpapi.WriteError(w, http.StatusUnprocessableEntity, err.Error())
+	case errors.Is(err, orgstore.ErrInvalidInput):
+		// Text the database cannot hold, such as a NUL character.
+		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
+	default:
+		httpapi.WriteInternal(w, r, a.log, err)
+	}
+}
+
+func setVersion(w http.ResponseWriter, v int64) {
+	w.Header().Set("X-Org-Version", strconv.FormatInt(v, 10))
+}
+
+// written finishes a successful write: the deployer learns of it before the
+// client does, so a read after the response already sees dirty=true.
+func (a *API) written(w http.ResponseWriter, org string, version int64, status int, body any) {
+	a.deploy.Notify(org)
+	setVersion(w, version)
+	if body == nil {
+		w.WriteHeader(status)
+		return
+	}
+	httpapi.WriteJSON(w, status, body)
+}
+
+type successBody struct {
+	Success bool `json:"success"`
+}
+
+func (a *API) putOrg(w http.ResponseWriter, r *http.Request, org string) {
+	v, err := a.store.PutOrg(r.Context(), org)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	a.written(w, org, v, http.StatusOK, successBody{true})
+}
+
+type orgBody struct {
+	OrgID     string `json:"org_id"`
+	Version   int64  `json:"version"`
+	CreatedAt string `json:"created_at"`
+	UpdatedAt string `json:"updated_at"`
+}
+
+func (a *API) getOrg(w http.ResponseWriter, r *http.Request, org string) {
+	o, err := a.store.GetOrg(r.Context(), org)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	setVersion(w, o.Version)
+	httpapi.WriteJSON(w, http.StatusOK, orgBody{OrgID: o.ID, Version: o.Version,
+		CreatedAt: timestamp(o.CreatedAt), UpdatedAt: timestamp(o.UpdatedAt)})
+}
+
+func (a *API) deleteOrg(w http.ResponseWriter, r *http.Request, org string) {
+	if r.URL.Query().Get("confirm") != "true" {
+		httpapi.WriteError(w, http.StatusBadRequest, "deleting an organisation requires ?confirm=true")
+		return
+	}
+	if err := a.store.DeleteOrg(r.Context(), org); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	// The deploy finds the organisation gone and cleans all its sessions.
+	a.deploy.Notify(org)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (a *API) redeploy(w http.ResponseWriter, r *http.Request, org string) {
+	if _, err := a.store.GetOrg(r.Context(), org); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	a.deploy.Redeploy(org)
+	httpapi.WriteJSON(w, http.StatusOK, successBody{true})
+}
+
+type prefixesBody struct {
+	Prefixes []string `json:"prefixes"`
+}
+
+func (a *API) getPrefixes(w http.ResponseWriter, r *http.Request, org string) {
+	v, prefixes, err := a.store.Prefixes(r.Context(), org)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	body := prefixesBody{Prefixes: make([]string, len(prefixes))}
+	for i, p := range prefixes {
+		body.Prefixes[i] = p.String()
+	}
+	setVersion(w, v)
+	httpapi.WriteJSON(w, http.StatusOK, body)
+}
+
+func (a *API) patchPrefixes(w http.ResponseWriter, r *http.Request, org string) {
+	var body prefixPatch
+	if !decode(w, r, &body) {
+		return
+	}
+	add, remove, err := body.parse()
+	if err != nil {
+		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	v, err := a.store.UpdatePrefixes(r.Context(), org, add, remove)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	a.written(w, org, v, http.StatusOK, successBody{true})
+}
+
+// decode reads a JSON body, answering the 4xx itself when it cannot.
+func decode(w http.ResponseWriter, r *http.Request, dst any) bool {
+	err := httpapi.DecodeJSON(w, r, maxBody, dst)
+	if err == nil {
+		return true
+	}
+	var be *httpapi.BodyError
+	if errors.As(err, &be) {
+		httpapi.WriteError(w, be.Status, be.Msg)
+	} else {
+		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
+	}
+	return false
+}
+
+// overrideBody is an override as the API returns it.
+type overrideBody struct {
+	CIDR     string          `json:"cidr"`
+	Username string          `json:"username,omitempty"`
+	DeviceID string          `json:"deviceid,omitempty"`
+	Location string          `json:"location,omitempty"`
+	Meta     json.RawMessage `json:"meta,omitempty"`
+	Status   string          `json:"_status"`
+	MTime    string          `json:"_mtime"`
+	CTime    string          `json:"_ctime"`
+}
+
+func toBody(o orgstore.Override, cov *ranges.Coverage) overrideBody {
+	status := "outside-prefixes"
+	if cov.Covers(o.CIDR) {
+		status = "active"
+	}
+	return overrideBody{CIDR: o.CIDR.String(), Username: o.Username, DeviceID: o.DeviceID, Location: o.Location,
+		Meta: o.Meta, Status: status, MTime: timestamp(o.MTime), CTime: timestamp(o.CTime)}
+}
+
+func (a *API) getOverrides(w http.ResponseWriter, r *http.Request, org string) {
+	q := r.URL.Query()
+	if q.Has("cidr") {
+		a.getOverride(w, r, org, q.Get("cidr"))
+		return
+	}
+	detail := orgstore.CIDROnly
+	switch q.Get("fields") {
+	case "", "cidr":
+	case "full":
+		detail = orgstore.Full
+	default:
+		httpapi.WriteError(w, http.StatusBadRequest, "fields must be cidr or full")
+		return
+	}
+	view, err := a.store.ReadOverrides(r.Context(), org, detail)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	setVersion(w, view.Version)
+	if detail == orgstore.CIDROnly {
+		cidrs := make([]string, len(view.Overrides))
+		for i, o := range view.Overrides {
+			cidrs[i] = o.CIDR.String()
+		}
+		httpapi.WriteJSON(w, http.StatusOK, map[string][]string{"cidrs": cidrs})
+		return
+	}
+	cov := ranges.NewCoverage(view.Prefixes)
+	list := make([]overrideBody, len(view.Overrides))
+	for i, o := range view.Overrides {
+		list[i] = toBody(o, cov)
+	}
+	httpapi.WriteJSON(w, http.StatusOK, map[string][]overrideBody{"overrides": list})
+}
+
+func (a *API) getOverride(w http.ResponseWriter, r *http.Request, org, raw string) {
+	p, err := cidr.Parse(raw)
+	if err != nil {
+		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	view, err := a.store.ReadOverride(r.Context(), org, p)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	setVersion(w, view.Version)
+	httpapi.WriteJSON(w, http.StatusOK, toBody(view.Overrides[0], ranges.NewCoverage(view.Prefixes)))
+}
+
+type postOverrideBody struct {
+	Success bool   `json:"success"`
+	CIDR    string `json:"cidr"`
+}
+
+func (a *API) postOverride(w http.ResponseWriter, r *http.Request, org string) {
+	var in overrideInput
+	if !decode(w, r, &in) {
+		return
+	}
+	o, err := in.toOverride()
+	if err != nil {
+		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	v, err := a.store.PutOverride(r.Context(), org, o)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	a.written(w, org, v, http.StatusOK, postOverrideBody{Success: true, CIDR: o.CIDR.String()})
+}
+
+func (a *API) deleteOverride(w http.ResponseWriter, r *http.Request, org string) {
+	q := r.URL.Query()
+	if !q.Has("cidr") {
+		httpapi.WriteError(w, http.StatusBadRequest, "missing required parameter: cidr")
+		return
+	}
+	p, err := cidr.Parse(q.Get("cidr"))
+	if err != nil {
+		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	v, err := a.store.DeleteOverride(r.Context(), org, p)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	a.written(w, org, v, http.StatusNoContent, nil)
+}
+
+type batchBody struct {
+	Data *[]json.RawMessage `json:"data"`
+}
+
+type batchError struct {
+	Index int     `json:"index"`
+	CIDR  *string `json:"cidr,omitempty"`
+	Error string  `json:"error"`
+}
+
+type batchResult struct {
+	Success   bool         `json:"success"`
+	Processed int          `json:"processed"`
+	Skipped   int          `json:"skipped"`
+	Errors    []batchError `json:"errors"`
+}
+
+func (a *API) postBatch(w http.ResponseWriter, r *http.Request, org string) {
+	var body batchBody
+	if !decode(w, r, &body) {
+		return
+	}
+	if body.Data == nil {
+		httpapi.WriteError(w, http.StatusBadRequest, "missing required field: data")
+		return
+	}
+	items := *body.Data
+	if len(items) > maxBatchItems {
+		httpapi.WriteError(w, http.StatusBadRequest, "batch has "+strconv.Itoa(len(items))+" items; the limit is "+strconv.Itoa(maxBatchItems))
+		return
+	}
+	res := batchResult{Errors: []batchError{}}
+	ops := make([]orgstore.BatchOp, 0, len(items))
+	for i, raw := range items {
+		op, err := batchOp(raw)
+		if err != nil {
+			be := batchError{Index: i, Error: err.Error()}
+			var ie *inputError
+			if errors.As(err, &ie) && ie.cidr != "" {
+				be.CIDR = &ie.cidr
+			}
+			res.Errors = append(res.Errors, be)
+			continue
+		}
+		ops = append(ops, op)
+	}
+	v, err := a.store.ApplyBatch(r.Context(), org, ops)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	res.Processed, res.Skipped = len(ops), len(res.Errors)
+	res.Success = res.Skipped == 0
+	a.written(w, org, v, http.StatusOK, res)
+}
+
+// batchOp turns one batch item into an upsert, or a delete when it says
+// delete: true.
+func batchOp(raw json.RawMessage) (orgstore.BatchOp, error) {
+	in, err := decodeItem(raw)
+	if err != nil {
+		return orgstore.BatchOp{}, err
+	}
+	if in.Delete != nil && *in.Delete {
+		if in.CIDR == nil {
+			return orgstore.BatchOp{}, &inputError{err: errMissingCIDR}
+		}
+		p, err := cidr.Parse(*in.CIDR)
+		if err != nil {
+			return orgstore.BatchOp{}, &inputError{cidr: *in.CIDR, err: err}
+		}
+		return orgstore.BatchOp{Delete: true, Override: orgstore.Override{CIDR: p}}, nil
+	}
+	o, err := in.toOverride()
+	if err != nil {
+		return orgstore.BatchOp{}, err
+	}
+	return orgstore.BatchOp{Override: o}, nil
+}
+
+type rangeBody struct {
+	From     string `json:"from"`
+	To       string `json:"to"`
+	OrigCIDR string `json:"orig_cidr"`
+	Username string `json:"username,omitempty"`
+	DeviceID string `json:"deviceid,omitempty"`
+	Location string `json:"location,omitempty"`
+}
+
+type rangesBody struct {
+	Version    int64       `json:"version"`
+	Dirty      bool        `json:"dirty"`
+	DirtySince string      `json:"dirty_since"`
+	Ranges     []rangeBody `json:"ranges"`
+}
+
+func (a *API) effectiveRanges(w http.ResponseWriter, r *http.Request, org string) {
+	var latest bool
+	switch r.URL.Query().Get("force_latest") {
+	case "", "0", "false":
+	case "1", "true":
+		latest = true
+	default:
+		httpapi.WriteError(w, http.StatusBadRequest, "force_latest must be 1 or 0")
+		return
+	}
+	o, err := a.store.GetOrg(r.Context(), org)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	st := a.deploy.Status(org)
+	var body rangesBody
+	var rs []ranges.Range
+	if latest {
+		view, err := a.store.ReadOverrides(r.Context(), org, orgstore.Identity)
+		if err != nil {
+			a.fail(w, r, err)
+			return
+		}
+		o.Version = view.Version
+		body.Version, rs = view.Version, deploy.EffectiveRanges(view)
+	} else if st.Deployed != nil {
+		body.Version, rs = st.Deployed.Version, st.Deployed.Ranges
+	}
+	body.Dirty, body.DirtySince = st.Dirty, timestamp(st.DirtySince)
+	if !st.Dirty && (st.Deployed == nil || st.Deployed.Version < o.Version) {
+		// A version the deployer has not been told about yet (written by
+		// another instance, or before a restart): dirty since that write.
+		body.Dirty, body.DirtySince = true, timestamp(o.UpdatedAt)
+	}
+	if !body.Dirty {
+		body.DirtySince = ""
+	}
+	body.Ranges = make([]rangeBody, len(rs))
+	for i, rg := range rs {
+		body.Ranges[i] = rangeBody{From: rg.From.String(), To: rg.To.String(), OrigCIDR: rg.Orig.String(),
+			Username: rg.Attrs.Username, DeviceID: rg.Attrs.DeviceID, Location: rg.Attrs.Location}
+	}
+	setVersion(w, o.Version)
+	httpapi.WriteJSON(w, http.StatusOK, body)
+}
+
+func timestamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }

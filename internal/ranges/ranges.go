@@ -1,0 +1,165 @@
+// Package ranges turns an organisation's IP prefixes and per-CIDR overrides
+// into the effective ranges the IP Mapper sees (spec 1, DESIGN.md §3). It sits
+// between the orgmanager's store, which supplies prefixes and overrides, and
+// the deploy step, which turns ranges into sessions. It is pure computation.
+package ranges
+
+import (
+	"cmp"
+	"net/netip"
+	"slices"
+
+	"go4.org/netipx"
+)
+
+// Attributes are the identity attributes an override assigns to its addresses.
+// meta is never part of them.
+type Attributes struct {
+	Username string
+	DeviceID string
+	Location string
+}
+
+// Override is an override CIDR with its attributes.
+type Override struct {
+	CIDR  netip.Prefix
+	Attrs Attributes
+}
+
+// Range is a run of addresses that all resolve to the same source CIDR.
+type Range struct {
+	From, To netip.Addr
+	// Orig is the override the range derives from, or the bare prefix for
+	// addresses no active override covers (then Attrs is empty).
+	Orig  netip.Prefix
+	Attrs Attributes
+}
+
+// Coverage answers whether a CIDR lies inside the union of an organisation's
+// prefixes: the test behind an override's active/outside-prefixes status.
+type Coverage struct {
+	set *netipx.IPSet
+}
+
+// NewCoverage builds the union of prefixes. Adjacent prefixes merge, so two
+// /9 prefixes cover their /8.
+func NewCoverage(prefixes []netip.Prefix) *Coverage {
+	var b netipx.IPSetBuilder
+	for _, p := range prefixes {
+		b.AddPrefix(p)
+	}
+	set, _ := b.IPSet() // only fails on invalid input, which AddPrefix ignores
+	return &Coverage{set: set}
+}
+
+// Covers reports whether p is fully contained in the union.
+func (c *Coverage) Covers(p netip.Prefix) bool {
+	return c.set.ContainsPrefix(p)
+}
+
+// Effective flattens prefixes and overrides with most-specific-wins:
+// overrides outside the prefix union are held back; any active override wins
+// over a bare prefix whatever their lengths; between overrides the longest
+// prefix wins; what no override covers is attributed to the most specific
+// prefix with no attributes. The result is sorted (IPv4 before IPv6), its
+// ranges are disjoint, and two adjacent ranges never share a source.
+func Effective(prefixes []netip.Prefix, overrides []Override) []Range {
+	cov := NewCoverage(prefixes)
+	active := make([]Range, 0, len(overrides))
+	for _, o := range overrides {
+		if cov.Covers(o.CIDR) {
+			active = append(active, Range{Orig: o.CIDR, Attrs: o.Attrs})
+		}
+	}
+	base := make([]Range, 0, len(prefixes))
+	for _, p := range prefixes {
+		base = append(base, Range{Orig: p})
+	}
+	return overlay(flatten(active), flatten(base))
+}
+
+// flatten splits a set of CIDRs (given as Ranges with only Orig set) so that
+// every address belongs to its most specific CIDR. Any two CIDRs are either
+// nested or disjoint, so after sorting by start address and then by length a
+// stack of the open CIDRs is enough: the top is always the most specific one.
+func flatten(items []Range) []Range {
+	slices.SortFunc(items, func(a, b Range) int {
+		if c := a.Orig.Addr().Compare(b.Orig.Addr()); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Orig.Bits(), b.Orig.Bits())
+	})
+	items = slices.CompactFunc(items, func(a, b Range) bool { return a.Orig == b.Orig })
+
+	type open struct {
+		r    Range
+		last netip.Addr
+		// next is the first address of r not yet emitted; invalid once the
+		// end of the address space has been passed.
+		next netip.Addr
+	}
+	out := make([]Range, 0, len(items))
+	var stack []open
+	emit := func(o *open, to netip.Addr) {
+		if o.next.IsValid() && o.next.Compare(to) <= 0 {
+			out = append(out, Range{From: o.next, To: to, Orig: o.r.Orig, Attrs: o.r.Attrs})
+		}
+	}
+	closeUntil := func(first netip.Addr) {
+		for len(stack) > 0 {
+			top := &stack[len(stack)-1]
+			if first.IsValid() && top.last.Compare(first) >= 0 {
+				return
+			}
+			emit(top, top.last)
+			stack = stack[:len(stack)-1]
+		}
+	}
+	for _, it := range items {
+		r := netipx.RangeOfPrefix(it.Orig)
+		closeUntil(r.From())
+		if len(stack) > 0 {
+			// The top contains this CIDR: emit the top's part before it and
+			// resume the top after it.
+			top := &stack[len(stack)-1]
+			emit(top, r.From().Prev())
+			top.next = r.To().Next()
+		}
+		stack = append(stack, open{r: it, last: r.To(), next: r.From()})
+	}
+	closeUntil(netip.Addr{})
+	slices.SortFunc(out, func(a, b Range) int { return a.From.Compare(b.From) })
+	return out
+}
+
+// overlay lays the override ranges over the prefix ranges: both inputs are
+// sorted and disjoint; overrides win wherever they overlap.
+func overlay(over, base []Range) []Range {
+	out := make([]Range, 0, len(over)+len(base))
+	j := 0 // first override that may still overlap the current base range
+	for _, b := range base {
+		for j < len(over) && over[j].To.Compare(b.From) < 0 {
+			out = append(out, over[j])
+			j++
+		}
+		next := b.From
+		for k := j; k < len(over) && over[k].From.Compare(b.To) <= 0; k++ {
+			if over[k].From.Compare(next) > 0 {
+				piece := b
+				piece.From, piece.To = next, over[k].From.Prev()
+				out = append(out, piece)
+			}
+			if next = over[k].To.Next(); !next.IsValid() {
+				break
+			}
+		}
+		if next.IsValid() && next.Compare(b.To) <= 0 {
+			piece := b
+			piece.From = next
+			out = append(out, piece)
+		}
+	}
+	out = append(out, over[j:]...)
+	slices.SortFunc(out, func(a, b Range) int { return a.From.Compare(b.From) })
+	return out
+}

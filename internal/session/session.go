@@ -1,0 +1,91 @@
+// Package session defines the subscriber session: the unit the write side
+// (orgmanager's deploy step) publishes to the IP Mapper, the IP Mapper stores in
+// the JetStream key-value bucket "sessions", and every filter node's subscriber
+// index reads back. It holds only the shared shape and identity rules, no I/O.
+package session
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+)
+
+// Bucket is the JetStream key-value bucket that holds every session, keyed by
+// session id. The IP Mapper is its only writer; subscriber indexes watch it.
+const Bucket = "sessions"
+
+// Session maps IP allocations to a subscriber identity inside an organisation.
+type Session struct {
+	ID  string `json:"id"`
+	Org string `json:"org"`
+	// Revision is the producer's deploy revision; clean-sessions can remove
+	// everything of an org below a revision after a full republish.
+	Revision    int64          `json:"revision"`
+	Allocations []netip.Prefix `json:"allocations"`
+	Username    string         `json:"username,omitempty"`
+	DeviceID    string         `json:"deviceid,omitempty"`
+	Location    string         `json:"location,omitempty"`
+	// TraceID is observational (spec 1, meta.trace_id): never part of identity.
+	TraceID string `json:"trace_id,omitempty"`
+	// OpaqueID is a producer-chosen reference; immutable once set.
+	OpaqueID  string    `json:"opaque_id,omitempty"`
+	UpdatedAt time.Time `json:"updated_at"`
+	// ExpiresAt, when set, is when the IP Mapper's sweeper removes the session.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+}
+
+// NewID returns the deterministic session id for an organisation's range
+// source: the org, the CIDR the ranges derive from (an override or a bare
+// prefix) and the identity attributes. meta and trace_id are deliberately not
+// part of it, so redeploys are idempotent and diffs compare ids only.
+//
+// The id is 32 lowercase hex digits, which is a valid JetStream KV key.
+func NewID(org string, orig netip.Prefix, username, deviceid, location string) string {
+	h := sha256.New()
+	// Length-prefixed fields: no two distinct tuples hash the same input.
+	for _, s := range []string{org, orig.Masked().String(), username, deviceid, location} {
+		fmt.Fprintf(h, "%d:%s;", len(s), s)
+	}
+	sum := h.Sum(nil)
+	return hex.EncodeToString(sum[:16])
+}
+
+// ValidID reports whether id is usable as a session id (and so as a KV key):
+// 1..128 characters of [A-Za-z0-9_=-]. Dots and slashes are excluded because
+// NATS treats them as subject token separators.
+func ValidID(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '-', c == '=':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// Validate checks the fields every producer must fill.
+func (s *Session) Validate() error {
+	switch {
+	case !ValidID(s.ID):
+		return fmt.Errorf("invalid session id %q", s.ID)
+	case s.Org == "":
+		return errors.New("session org is required")
+	}
+	for _, p := range s.Allocations {
+		if !p.IsValid() {
+			return errors.New("invalid allocation")
+		}
+		if p != p.Masked() {
+			return fmt.Errorf("allocation %s has host bits set", p)
+		}
+	}
+	return nil
+}
