@@ -139,7 +139,7 @@ func (p MapperPublisher) Publish(ctx context.Context, d deploy.Diff) error {
 		cleans = append(cleans, ipmapper.CleanRequest{Org: d.Org, RevisionBelow: d.CleanBelowRevision})
 	}
 	if d.CleanOrg {
-		cleans = append(cleans, ipmapper.CleanRequest{Org: d.Org})
+		cleans = append(cleans, ipmapper.CleanRequest{Org: d.Org, All: true})
 	}
 	for _, c := range cleans {
 		if _, err := p.Client.CleanSessions(ctx, c); err != nil {

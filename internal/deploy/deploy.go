@@ -113,11 +113,14 @@ type Deployer struct {
 // orgState is guarded by Deployer.mu.
 type orgState struct {
 	deployed *Snapshot
-	// held is every session the IP Mapper may hold for the organisation:
-	// the deployed ones plus anything a failed publish may have set. nil
-	// until the first deploy since start, which then republishes in full.
-	held     map[string]session.Session
-	revision int64
+	// held is what the IP Mapper was confirmed to hold for the
+	// organisation after the last successful deploy; nil until the first
+	// deploy since start, which then republishes in full.
+	held map[string]session.Session
+	// unconfirmed names sessions a failed publish may have set anyway: a
+	// later deploy cleans them if they are withdrawn meanwhile.
+	unconfirmed map[string]struct{}
+	revision    int64
 
 	queued, running, again bool
 	redeploy               bool
@@ -296,11 +299,11 @@ func (d *Deployer) deployOne(ctx context.Context, org string) {
 	st := d.orgs[org]
 	redeploy := st.redeploy
 	st.redeploy = false
-	held, deployed, revision := st.held, st.deployed, st.revision
+	base := baseline{held: st.held, unconfirmed: st.unconfirmed, deployed: st.deployed, revision: st.revision}
 	d.mu.Unlock()
 
 	start := d.now()
-	res, err := d.attempt(ctx, org, redeploy, held, deployed, revision)
+	res, err := d.attempt(ctx, org, redeploy, base)
 
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -309,10 +312,11 @@ func (d *Deployer) deployOne(ctx context.Context, org string) {
 	case err != nil:
 		d.metrics.failures.Inc()
 		if res.diff != nil && st.held != nil {
-			// Whatever was sent may have arrived: remember it as held so a
-			// later deploy cleans it if it is withdrawn meanwhile.
+			if st.unconfirmed == nil {
+				st.unconfirmed = map[string]struct{}{}
+			}
 			for _, s := range res.diff.Set {
-				st.held[s.ID] = s
+				st.unconfirmed[s.ID] = struct{}{}
 			}
 		}
 		// A failed full republish is retried in full (held stays nil).
@@ -343,7 +347,7 @@ func (d *Deployer) deployOne(ctx context.Context, org string) {
 		// unless it was written again meanwhile (recreated).
 		if st.again {
 			st.again = false
-			st.held, st.deployed, st.revision = nil, nil, 0
+			st.held, st.deployed, st.revision, st.unconfirmed = nil, nil, 0, nil
 			d.enqueueLocked(org, st)
 			return
 		}
@@ -352,6 +356,7 @@ func (d *Deployer) deployOne(ctx context.Context, org string) {
 	default:
 		st.failures = 0
 		st.deployed, st.held, st.revision = res.snapshot, res.snapshot.Sessions, res.diff.Revision
+		st.unconfirmed = nil
 		if st.again || st.redeploy {
 			st.again = false
 			d.enqueueLocked(org, st)
@@ -384,11 +389,21 @@ type result struct {
 	deleted  bool
 }
 
+// baseline is what a deploy diffs against, copied out of orgState. Only
+// one deploy of an organisation runs at a time and orgState's maps change
+// only after it ends, so the deploy reads them without the lock.
+type baseline struct {
+	held        map[string]session.Session
+	unconfirmed map[string]struct{}
+	deployed    *Snapshot
+	revision    int64
+}
+
 // attempt computes and publishes one deploy. held is nil on the first
 // deploy since start: the IP Mapper's contents are unknown, so everything is
 // republished under a fresh revision and older revisions are cleaned, which
 // leaves no stale and no duplicate session whatever happened before.
-func (d *Deployer) attempt(ctx context.Context, org string, redeploy bool, held map[string]session.Session, deployed *Snapshot, revision int64) (result, error) {
+func (d *Deployer) attempt(ctx context.Context, org string, redeploy bool, base baseline) (result, error) {
 	view, err := d.cfg.Store.ReadOverrides(ctx, org, orgstore.Identity)
 	if errors.Is(err, orgstore.ErrOrgNotFound) {
 		diff := Diff{Org: org, CleanOrg: true}
@@ -402,8 +417,8 @@ func (d *Deployer) attempt(ctx context.Context, org string, redeploy bool, held 
 	}
 	snap := Compute(org, view)
 
-	diff := Diff{Org: org, Revision: revision}
-	if redeploy || held == nil {
+	diff := Diff{Org: org, Revision: base.revision}
+	if redeploy || base.held == nil {
 		if diff.Revision, err = d.cfg.Store.NextRevision(ctx, org); errors.Is(err, orgstore.ErrOrgNotFound) {
 			// Deleted between the two reads; the next deploy cleans it.
 			return result{}, err
@@ -413,9 +428,9 @@ func (d *Deployer) attempt(ctx context.Context, org string, redeploy bool, held 
 		diff.Set = sortedSessions(snap.Sessions)
 		diff.CleanBelowRevision = diff.Revision
 	} else {
-		diff.Set, diff.CleanIDs = diffSessions(held, snap.Sessions)
-		if deployed != nil {
-			diff.CleanSubnets = releasedSubnets(deployed.Prefixes, snap.Prefixes)
+		diff.Set, diff.CleanIDs = diffSessions(base.held, base.unconfirmed, snap.Sessions)
+		if base.deployed != nil {
+			diff.CleanSubnets = releasedSubnets(base.deployed.Prefixes, snap.Prefixes)
 		}
 	}
 	for i := range diff.Set {

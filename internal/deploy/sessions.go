@@ -57,10 +57,11 @@ func EffectiveRanges(v orgstore.View) []ranges.Range {
 	return ranges.Effective(v.Prefixes, overrides)
 }
 
-// diffSessions lists what must change in the IP Mapper to go from the sessions it
-// may hold (have) to want. A session whose only change is its trace_id is
-// not resent: trace_id is observational and never triggers a diff.
-func diffSessions(have, want map[string]session.Session) (set []session.Session, clean []string) {
+// diffSessions lists what must change in the IP Mapper to go from what it
+// holds (have, plus the ids in maybe that a failed publish may have set) to
+// want. A session whose only change is its trace_id is not resent: trace_id
+// is observational and never triggers a diff.
+func diffSessions(have map[string]session.Session, maybe map[string]struct{}, want map[string]session.Session) (set []session.Session, clean []string) {
 	for id, s := range want {
 		old, ok := have[id]
 		if !ok || !slices.Equal(old.Allocations, s.Allocations) {
@@ -69,6 +70,13 @@ func diffSessions(have, want map[string]session.Session) (set []session.Session,
 	}
 	for id := range have {
 		if _, ok := want[id]; !ok {
+			clean = append(clean, id)
+		}
+	}
+	for id := range maybe {
+		_, kept := want[id]
+		_, listed := have[id]
+		if !kept && !listed {
 			clean = append(clean, id)
 		}
 	}

@@ -1,0 +1,470 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/svc-pf/svc-pf/internal/httpapi"
+	"github.com/svc-pf/svc-pf/internal/ipmapper"
+	"github.com/svc-pf/svc-pf/internal/natsbus"
+	"github.com/svc-pf/svc-pf/internal/orgstore/storetest"
+	"github.com/svc-pf/svc-pf/internal/session"
+	"github.com/svc-pf/svc-pf/internal/subscriber"
+)
+
+// platform is the write and read side of one machine, wired over a real
+// embedded NATS server: orgmanager (HTTP + deploy over NATS), the IP Mapper
+// and a node's subscriber index.
+type platform struct {
+	t      *testing.T
+	nats   *natsbus.Embedded
+	dbURL  string
+	mapper *ipmapper.Service
+	index  *subscriber.Index
+	client *ipmapper.Client
+
+	omCancel context.CancelFunc
+	omDone   chan error
+	base     string
+}
+
+func newPlatform(t *testing.T, dbURL string) *platform {
+	t.Helper()
+	srv, err := natsbus.StartEmbedded(natsbus.EmbeddedConfig{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	p := &platform{t: t, nats: srv, dbURL: dbURL}
+	p.startMapper()
+
+	nc := p.connect("node")
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.index, err = subscriber.New(subscriber.Config{JetStream: js, RetryInterval: 50 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = p.index.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer wcancel()
+	if err := p.index.WaitReady(wctx); err != nil {
+		t.Fatal(err)
+	}
+	if p.client, err = ipmapper.NewClient(ipmapper.ClientConfig{Conn: p.connect("test client"), Timeout: 5 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	p.startOrgManager()
+	return p
+}
+
+func (p *platform) connect(name string) *nats.Conn {
+	p.t.Helper()
+	nc, err := natsbus.Connect(p.nats.ClientURL(), name, nil, true)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	p.t.Cleanup(nc.Close)
+	return nc
+}
+
+func (p *platform) startMapper() {
+	p.t.Helper()
+	svc, err := ipmapper.New(ipmapper.Config{Conn: p.connect("ipmapper")})
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := svc.Start(ctx); err != nil {
+		p.t.Fatal(err)
+	}
+	p.mapper = svc
+	p.t.Cleanup(func() { _ = svc.Stop() })
+}
+
+func (p *platform) startOrgManager() {
+	p.t.Helper()
+	cfg := DefaultOrgManagerConfig()
+	cfg.HTTP.Address = "127.0.0.1:0"
+	cfg.Database.URL = p.dbURL
+	cfg.Deploy.RetryMin, cfg.Deploy.RetryMax = 20*time.Millisecond, 200*time.Millisecond
+	cfg.Deploy.PublishTimeout = 2 * time.Second
+	ctx, cancel := context.WithCancel(context.Background())
+	om, err := StartOrgManager(ctx, cfg, p.connect("orgmanager"), "test", slog.New(slog.DiscardHandler))
+	if err != nil {
+		cancel()
+		p.t.Fatal(err)
+	}
+	p.base = "http://" + om.Addr().String()
+	p.omCancel, p.omDone = cancel, make(chan error, 1)
+	go func() { p.omDone <- om.Run(ctx) }()
+	p.t.Cleanup(p.stopOrgManager)
+}
+
+func (p *platform) stopOrgManager() {
+	if p.omCancel == nil {
+		return
+	}
+	p.omCancel()
+	if err := <-p.omDone; err != nil {
+		p.t.Errorf("orgmanager Run: %v", err)
+	}
+	p.omCancel = nil
+}
+
+func (p *platform) call(method, path string, body any, want int) {
+	p.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, p.base+path, rd)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != want {
+		p.t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, data)
+	}
+}
+
+// eventually polls cond until it holds, failing after 10 s with describe().
+func (p *platform) eventually(what string, cond func() bool, describe func() string) {
+	p.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			p.t.Fatalf("%s: not reached in 10s; %s", what, describe())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// indexed returns the org's sessions in the node's index, sorted by id.
+func (p *platform) indexed(org string) []*session.Session {
+	ss := p.index.Snapshot().ByOrg(org)
+	slices.SortFunc(ss, func(a, b *session.Session) int { return cmpString(a.ID, b.ID) })
+	return ss
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func describe(ss []*session.Session) string {
+	var b bytes.Buffer
+	for _, s := range ss {
+		fmt.Fprintf(&b, "\n  %s rev=%d %v user=%q dev=%q loc=%q trace=%q", s.ID[:8], s.Revision, s.Allocations, s.Username, s.DeviceID, s.Location, s.TraceID)
+	}
+	return b.String()
+}
+
+// userAt is the username the node resolves ip to ("-" when none).
+func (p *platform) userAt(ip string) string {
+	s, ok := p.index.LookupIP(netip.MustParseAddr(ip))
+	if !ok {
+		return "-"
+	}
+	return s.Username
+}
+
+// expectIndex waits until the node's index holds exactly want for org:
+// each entry "allocations|username|deviceid|location".
+func (p *platform) expectIndex(org string, want ...string) []*session.Session {
+	p.t.Helper()
+	slices.Sort(want)
+	got := func() []string {
+		var out []string
+		for _, s := range p.indexed(org) {
+			out = append(out, fmt.Sprintf("%v|%s|%s|%s", s.Allocations, s.Username, s.DeviceID, s.Location))
+		}
+		slices.Sort(out)
+		return out
+	}
+	p.eventually("index of "+org, func() bool { return slices.Equal(got(), want) },
+		func() string { return fmt.Sprintf("index %q, want %q", got(), want) })
+	// The IP Mapper's own table agrees with the node.
+	fromMapper, err := p.client.GetSessions(context.Background(), ipmapper.Query{Org: org})
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	if len(fromMapper) != len(want) {
+		p.t.Fatalf("IP Mapper holds %d sessions of %s, the index %d", len(fromMapper), org, len(want))
+	}
+	return p.indexed(org)
+}
+
+func TestDeployEndToEnd(t *testing.T) {
+	storetest.ForEach(t, func(t *testing.T, dialect string) {
+		p := newPlatform(t, storetest.URL(t, dialect))
+
+		p.call("PUT", "/org/acme", nil, 200)
+		p.call("PUT", "/org/beta", nil, 200)
+		p.call("PATCH", "/org/acme/prefixes", map[string]any{"add": []string{"10.0.0.0/16", "10.1.0.0/16", "2001:db8::/48"}}, 200)
+		p.call("PATCH", "/org/beta/prefixes", map[string]any{"add": []string{"192.168.0.0/24"}}, 200)
+		p.call("POST", "/org/beta/overrides", map[string]any{"cidr": "192.168.0.0/25", "username": "bob"}, 200)
+
+		// POST override → the node resolves an IP inside it to that username.
+		p.call("POST", "/org/acme/overrides", map[string]any{"cidr": "10.0.1.0/24", "username": "alice", "meta": map[string]any{"trace_id": "trace-1"}}, 200)
+		p.call("POST", "/org/acme/overrides", map[string]any{"cidr": "2001:db8::/64", "deviceid": "mac:aa"}, 200)
+		ss := p.expectIndex("acme",
+			"[10.0.0.0/24 10.0.2.0/23 10.0.4.0/22 10.0.8.0/21 10.0.16.0/20 10.0.32.0/19 10.0.64.0/18 10.0.128.0/17]|||",
+			"[10.0.1.0/24]|alice||",
+			"[10.1.0.0/16]|||",
+			"[2001:db8:0:1::/64 2001:db8:0:2::/63 2001:db8:0:4::/62 2001:db8:0:8::/61 2001:db8:0:10::/60 2001:db8:0:20::/59 2001:db8:0:40::/58 2001:db8:0:80::/57 2001:db8:0:100::/56 2001:db8:0:200::/55 2001:db8:0:400::/54 2001:db8:0:800::/53 2001:db8:0:1000::/52 2001:db8:0:2000::/51 2001:db8:0:4000::/50 2001:db8:0:8000::/49]|||",
+			"[2001:db8::/64]||mac:aa|")
+		if u := p.userAt("10.0.1.77"); u != "alice" {
+			t.Fatalf("10.0.1.77 → %q", u)
+		}
+		if s, _ := p.index.LookupIP(netip.MustParseAddr("2001:db8::5")); s == nil || s.DeviceID != "mac:aa" {
+			t.Fatalf("2001:db8::5 → %+v", s)
+		}
+		// trace_id is forwarded.
+		var alice *session.Session
+		for _, s := range ss {
+			if s.Username == "alice" {
+				alice = s
+			}
+		}
+		if alice.TraceID != "trace-1" || alice.Org != "acme" || alice.Revision == 0 {
+			t.Fatalf("alice's session %+v", alice)
+		}
+		p.expectIndex("beta", "[192.168.0.0/25]|bob||", "[192.168.0.128/25]|||")
+
+		// trace_id is observational: changing only it keeps the session id and
+		// sends nothing (the stored trace_id stays as deployed).
+		p.call("POST", "/org/acme/overrides", map[string]any{"cidr": "10.0.1.0/24", "username": "alice", "meta": map[string]any{"trace_id": "trace-2"}}, 200)
+		p.waitSettled("acme")
+		if s, _ := p.index.Get(alice.ID); s == nil || s.TraceID != "trace-1" || s.Revision != alice.Revision {
+			t.Fatalf("a trace_id-only change touched the session: %+v", s)
+		}
+
+		// Overwrite → new attributes, the old session gone.
+		p.call("POST", "/org/acme/overrides", map[string]any{"cidr": "10.0.1.0/24", "username": "carol", "location": "hq"}, 200)
+		p.eventually("carol", func() bool { return p.userAt("10.0.1.1") == "carol" }, func() string { return describe(p.indexed("acme")) })
+		p.eventually("alice gone", func() bool { _, ok := p.index.Get(alice.ID); return !ok }, func() string { return describe(p.indexed("acme")) })
+		if s, _ := p.index.LookupIP(netip.MustParseAddr("10.0.1.1")); s.Location != "hq" || s.TraceID != "" {
+			t.Fatalf("overwritten session %+v", s)
+		}
+
+		// Prefix removal → sessions under it cleaned, others untouched.
+		before := p.indexed("acme")
+		p.call("PATCH", "/org/acme/prefixes", map[string]any{"remove": []string{"10.1.0.0/16"}}, 200)
+		p.eventually("10.1/16 cleaned", func() bool { return p.userAt("10.1.2.3") == "-" }, func() string { return describe(p.indexed("acme")) })
+		after := p.expectIndex("acme",
+			"[10.0.0.0/24 10.0.2.0/23 10.0.4.0/22 10.0.8.0/21 10.0.16.0/20 10.0.32.0/19 10.0.64.0/18 10.0.128.0/17]|||",
+			"[10.0.1.0/24]|carol||hq",
+			"[2001:db8:0:1::/64 2001:db8:0:2::/63 2001:db8:0:4::/62 2001:db8:0:8::/61 2001:db8:0:10::/60 2001:db8:0:20::/59 2001:db8:0:40::/58 2001:db8:0:80::/57 2001:db8:0:100::/56 2001:db8:0:200::/55 2001:db8:0:400::/54 2001:db8:0:800::/53 2001:db8:0:1000::/52 2001:db8:0:2000::/51 2001:db8:0:4000::/50 2001:db8:0:8000::/49]|||",
+			"[2001:db8::/64]||mac:aa|")
+		for _, s := range after { // untouched: same revision and update time
+			for _, b := range before {
+				if b.ID == s.ID && (b.Revision != s.Revision || !b.UpdatedAt.Equal(s.UpdatedAt)) {
+					t.Errorf("session %s was rewritten by an unrelated prefix removal", s.ID)
+				}
+			}
+		}
+		p.expectIndex("beta", "[192.168.0.0/25]|bob||", "[192.168.0.128/25]|||")
+
+		// Redeploy → same sessions, a new revision, nothing stale. A stale
+		// session planted in the IP Mapper (as if left by a lost message) goes.
+		stale := session.Session{ID: session.NewID("acme", netip.MustParsePrefix("10.0.9.0/24"), "ghost", "", ""), Org: "acme",
+			Revision: 1, Allocations: []netip.Prefix{netip.MustParsePrefix("10.0.9.0/24")}, Username: "ghost"}
+		if _, err := p.client.SetSession(context.Background(), stale, 0); err != nil {
+			t.Fatal(err)
+		}
+		p.eventually("ghost planted", func() bool { return p.userAt("10.0.9.1") == "ghost" }, func() string { return "" })
+		oldRev := after[0].Revision
+		p.call("POST", "/org/acme/redeploy", nil, 200)
+		p.eventually("redeployed", func() bool {
+			ss := p.indexed("acme")
+			for _, s := range ss {
+				if s.Revision <= oldRev {
+					return false
+				}
+			}
+			return len(ss) == len(after)
+		}, func() string { return describe(p.indexed("acme")) })
+		redeployed := p.indexed("acme")
+		for i := range after {
+			if redeployed[i].ID != after[i].ID || !slices.Equal(redeployed[i].Allocations, after[i].Allocations) {
+				t.Fatalf("redeploy changed sessions:%s\nvs%s", describe(redeployed), describe(after))
+			}
+		}
+		if p.userAt("10.0.9.1") == "ghost" {
+			t.Fatal("stale session survived the redeploy")
+		}
+
+		// Organisation delete → none of its sessions left; others untouched.
+		p.call("DELETE", "/org/acme?confirm=true", nil, 204)
+		p.expectIndex("acme")
+		p.expectIndex("beta", "[192.168.0.0/25]|bob||", "[192.168.0.128/25]|||")
+	})
+}
+
+// waitSettled waits until the org's effective ranges are not dirty.
+func (p *platform) waitSettled(org string) {
+	p.t.Helper()
+	p.eventually(org+" settled", func() bool {
+		resp, err := http.Get(p.base + "/org/" + org + "/effective-ranges")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var rr struct{ Dirty bool }
+		return json.NewDecoder(resp.Body).Decode(&rr) == nil && !rr.Dirty
+	}, func() string { return "still dirty" })
+}
+
+func TestIPMapperDownDuringWrites(t *testing.T) {
+	p := newPlatform(t, storetest.URL(t, storetest.SQLite))
+	p.call("PUT", "/org/acme", nil, 200)
+	p.call("PATCH", "/org/acme/prefixes", map[string]any{"add": []string{"10.0.0.0/24"}}, 200)
+	p.expectIndex("acme", "[10.0.0.0/24]|||")
+
+	if err := p.mapper.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	// Stop drains the micro service's subscriptions; wait until the IP
+	// Mapper really no longer answers.
+	p.eventually("IP Mapper gone", func() bool {
+		_, err := p.client.GetSessions(context.Background(), ipmapper.Query{Org: "acme"})
+		return err != nil
+	}, func() string { return "still answering" })
+	// Writes still succeed while the IP Mapper is away.
+	for i := range 5 {
+		p.call("POST", "/org/acme/overrides", map[string]any{"cidr": fmt.Sprintf("10.0.0.%d/32", i), "username": fmt.Sprint("u", i)}, 200)
+	}
+	p.call("DELETE", "/org/acme/overrides?cidr=10.0.0.4/32", nil, 204)
+	time.Sleep(300 * time.Millisecond) // let deploys fail and back off
+	if u := p.userAt("10.0.0.1"); u != "" {
+		t.Fatalf("a write reached the index without the IP Mapper: 10.0.0.1 → %q", u)
+	}
+
+	p.startMapper()
+	p.expectIndex("acme", "[10.0.0.0/32]|u0||", "[10.0.0.1/32]|u1||", "[10.0.0.2/32]|u2||", "[10.0.0.3/32]|u3||",
+		"[10.0.0.4/30 10.0.0.8/29 10.0.0.16/28 10.0.0.32/27 10.0.0.64/26 10.0.0.128/25]|||")
+	p.waitSettled("acme")
+}
+
+func TestRestarts(t *testing.T) {
+	p := newPlatform(t, storetest.URL(t, storetest.SQLite))
+	p.call("PUT", "/org/acme", nil, 200)
+	p.call("PATCH", "/org/acme/prefixes", map[string]any{"add": []string{"10.0.0.0/24"}}, 200)
+	p.call("POST", "/org/acme/overrides", map[string]any{"cidr": "10.0.0.0/25", "username": "a"}, 200)
+	want := []string{"[10.0.0.0/25]|a||", "[10.0.0.128/25]|||"}
+	p.expectIndex("acme", want...)
+
+	// orgmanager restart: the first deploy after start republishes under a
+	// fresh revision and cleans older ones — no lost, no duplicated session.
+	p.stopOrgManager()
+	p.startOrgManager()
+	p.waitSettled("acme")
+	ss := p.expectIndex("acme", want...)
+	p.call("POST", "/org/acme/overrides", map[string]any{"cidr": "10.0.0.128/25", "username": "b"}, 200)
+	p.expectIndex("acme", "[10.0.0.0/25]|a||", "[10.0.0.128/25]|b||")
+
+	// IP Mapper restart: the table is reloaded from the bucket.
+	if err := p.mapper.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	p.startMapper()
+	got, err := p.client.GetSessions(context.Background(), ipmapper.Query{IP: netip.MustParseAddr("10.0.0.200")})
+	if err != nil || len(got) != 1 || got[0].Username != "b" {
+		t.Fatalf("after IP Mapper restart: %+v, %v", got, err)
+	}
+	// And it keeps serving deploys.
+	p.call("DELETE", "/org/acme/overrides?cidr=10.0.0.0/25", nil, 204)
+	p.expectIndex("acme", "[10.0.0.0/25]|||", "[10.0.0.128/25]|b||")
+	_ = ss
+}
+
+// TestAllCommand runs `svc-pf all` on a fresh data directory: embedded NATS,
+// the IP Mapper and the orgmanager in one process.
+func TestAllCommand(t *testing.T) {
+	cfg := DefaultAllConfig()
+	cfg.DataDir = t.TempDir()
+	cfg.NATS.Listen = "127.0.0.1:0"
+	cfg.OrgManager.HTTP.Address = "127.0.0.1:0"
+	cfg.OrgManager.Database.URL = "sqlite:" + cfg.DataDir + "/orgmanager.db"
+	cfg.IPMapper.HTTP.Address = "127.0.0.1:0"
+	ctx, cancel := context.WithCancel(context.Background())
+	all, err := StartAll(ctx, cfg, "test", slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- all.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	mapperHealth := "http://" + all.IPMapper.Addr().String() + "/health"
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get(mapperHealth)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("ipmapper never became healthy")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	p := &platform{t: t, base: "http://" + all.OrgManager.Addr().String()}
+	p.call("PUT", "/org/acme", nil, 200)
+	p.call("PATCH", "/org/acme/prefixes", map[string]any{"add": []string{"10.0.0.0/24"}}, 200)
+	p.call("POST", "/org/acme/overrides", map[string]any{"cidr": "10.0.0.0/25", "username": "a"}, 200)
+	p.waitSettled("acme")
+
+	nc, err := natsbus.Connect(all.NATS.ClientURL(), "t", nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	client, _ := ipmapper.NewClient(ipmapper.ClientConfig{Conn: nc, Timeout: 5 * time.Second})
+	got, err := client.GetSessions(ctx, ipmapper.Query{IP: netip.MustParseAddr("10.0.0.1")})
+	if err != nil || len(got) != 1 || got[0].Username != "a" {
+		t.Fatalf("session through svc-pf all: %+v %v", got, err)
+	}
+	var health map[string]any
+	resp, err := http.Get(p.base + "/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	json.NewDecoder(resp.Body).Decode(&health)
+	resp.Body.Close()
+	if health["status"] != "ok" {
+		t.Fatalf("orgmanager health %v", health)
+	}
+	_ = httpapi.ErrorBody{}
+}

@@ -1,0 +1,375 @@
+package deploy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/svc-pf/svc-pf/internal/orgstore"
+	"github.com/svc-pf/svc-pf/internal/orgstore/storetest"
+	"github.com/svc-pf/svc-pf/internal/session"
+)
+
+// recorder is a hand-written Publisher: it records every diff, can be made
+// to fail, and can hold publishes until released.
+type recorder struct {
+	mu    sync.Mutex
+	diffs []Diff
+	fail  bool
+	gate  chan struct{} // when set, Publish waits for it to close
+	calls int
+}
+
+func (r *recorder) Publish(ctx context.Context, d Diff) error {
+	r.mu.Lock()
+	gate := r.gate
+	r.calls++
+	r.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.fail {
+		return errors.New("IP Mapper unreachable")
+	}
+	r.diffs = append(r.diffs, d)
+	return nil
+}
+
+func (r *recorder) setFail(v bool) { r.mu.Lock(); r.fail = v; r.mu.Unlock() }
+
+func (r *recorder) callCount() int { r.mu.Lock(); defer r.mu.Unlock(); return r.calls }
+
+func (r *recorder) all() []Diff {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.diffs)
+}
+
+func (r *recorder) last() Diff {
+	d := r.all()
+	return d[len(d)-1]
+}
+
+type fixture struct {
+	t     *testing.T
+	store *orgstore.Store
+	pub   *recorder
+	d     *Deployer
+}
+
+func newFixture(t *testing.T, cfg Config) *fixture {
+	t.Helper()
+	f := &fixture{t: t, store: storetest.Open(t, storetest.SQLite), pub: &recorder{}}
+	cfg.Store, cfg.Publisher = f.store, f.pub
+	if cfg.RetryMin == 0 {
+		cfg.RetryMin, cfg.RetryMax = 5*time.Millisecond, 20*time.Millisecond
+	}
+	var err error
+	if f.d, err = New(cfg); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); f.d.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return f
+}
+
+func (f *fixture) ctx() context.Context { return context.Background() }
+
+func (f *fixture) org(id string, prefixes ...string) {
+	f.t.Helper()
+	if _, err := f.store.PutOrg(f.ctx(), id); err != nil {
+		f.t.Fatal(err)
+	}
+	var ps []netip.Prefix
+	for _, p := range prefixes {
+		ps = append(ps, netip.MustParsePrefix(p))
+	}
+	if _, err := f.store.UpdatePrefixes(f.ctx(), id, ps, nil); err != nil {
+		f.t.Fatal(err)
+	}
+	f.d.Notify(id)
+}
+
+func (f *fixture) put(org, cidr, user string, meta string) {
+	f.t.Helper()
+	o := orgstore.Override{CIDR: netip.MustParsePrefix(cidr), Username: user}
+	if meta != "" {
+		o.Meta = []byte(meta)
+	}
+	if _, err := f.store.PutOverride(f.ctx(), org, o); err != nil {
+		f.t.Fatal(err)
+	}
+	f.d.Notify(org)
+}
+
+// settle waits until org is deployed and not dirty.
+func (f *fixture) settle(org string) Status {
+	f.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st := f.d.Status(org)
+		if !st.Dirty && st.Deployed != nil {
+			return st
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("%s not settled: %+v", org, st)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func ids(ss []session.Session) []string {
+	var out []string
+	for _, s := range ss {
+		out = append(out, s.ID)
+	}
+	return out
+}
+
+func id(org, orig, user string) string {
+	return session.NewID(org, netip.MustParsePrefix(orig), user, "", "")
+}
+
+func TestFirstDeployRepublishesInFull(t *testing.T) {
+	f := newFixture(t, Config{})
+	f.org("acme", "10.0.0.0/24")
+	f.settle("acme")
+	f.put("acme", "10.0.0.0/25", "a", `{"trace_id":"tr"}`)
+	st := f.settle("acme")
+	if st.Deployed.Version != 3 {
+		t.Fatalf("deployed version %d", st.Deployed.Version)
+	}
+	first := f.pub.all()[0]
+	if first.Revision < 1 || first.CleanBelowRevision != first.Revision || len(first.Set) == 0 {
+		t.Fatalf("first deploy %+v", first)
+	}
+	// Later deploys are incremental, under the same revision.
+	last := f.pub.last()
+	if len(last.Set) != 2 || last.Set[0].Revision != first.Revision || last.CleanBelowRevision != 0 {
+		t.Fatalf("set %+v", last)
+	}
+	for _, s := range last.Set {
+		if s.Username == "a" && (s.TraceID != "tr" || s.ID != id("acme", "10.0.0.0/25", "a")) {
+			t.Fatalf("session %+v", s)
+		}
+	}
+}
+
+func TestIncrementalDiffs(t *testing.T) {
+	f := newFixture(t, Config{})
+	f.org("acme", "10.0.0.0/24", "10.0.1.0/24")
+	f.put("acme", "10.0.0.0/24", "a", "")
+	f.settle("acme")
+	first := f.pub.last()
+	n := len(f.pub.all())
+
+	// A nested override: the new session, and its parent with fewer
+	// allocations; nothing cleaned, same revision.
+	f.put("acme", "10.0.0.128/25", "b", "")
+	f.settle("acme")
+	d := f.pub.last()
+	if got, want := ids(d.Set), []string{id("acme", "10.0.0.0/24", "a"), id("acme", "10.0.0.128/25", "b")}; !sameSet(got, want) {
+		t.Fatalf("set %v, want %v", got, want)
+	}
+	if len(d.CleanIDs) != 0 || d.CleanBelowRevision != 0 || d.Revision != first.Revision {
+		t.Fatalf("diff %+v", d)
+	}
+
+	// A changed attribute: new session id, the old one cleaned.
+	f.put("acme", "10.0.0.128/25", "c", "")
+	f.settle("acme")
+	d = f.pub.last()
+	if !sameSet(ids(d.Set), []string{id("acme", "10.0.0.128/25", "c")}) || !sameSet(d.CleanIDs, []string{id("acme", "10.0.0.128/25", "b")}) {
+		t.Fatalf("attribute change %+v", d)
+	}
+
+	// trace_id only: nothing published, yet the version is deployed.
+	n = len(f.pub.all())
+	f.put("acme", "10.0.0.128/25", "c", `{"trace_id":"new"}`)
+	st := f.settle("acme")
+	if len(f.pub.all()) != n || st.Deployed.Version != 6 {
+		t.Fatalf("trace_id-only change published %d diffs; deployed %d", len(f.pub.all())-n, st.Deployed.Version)
+	}
+
+	// Prefix removal: the released space is cleaned, nothing else.
+	if _, err := f.store.UpdatePrefixes(f.ctx(), "acme", nil, []netip.Prefix{netip.MustParsePrefix("10.0.1.0/24")}); err != nil {
+		t.Fatal(err)
+	}
+	f.d.Notify("acme")
+	f.settle("acme")
+	d = f.pub.last()
+	if fmt.Sprint(d.CleanSubnets) != "[10.0.1.0/24]" || !sameSet(d.CleanIDs, []string{id("acme", "10.0.1.0/24", "")}) || len(d.Set) != 0 {
+		t.Fatalf("prefix removal %+v", d)
+	}
+}
+
+func sameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
+}
+
+func TestReleasedSubnetsKeepCoveredSpace(t *testing.T) {
+	p := netip.MustParsePrefix
+	got := releasedSubnets([]netip.Prefix{p("10.0.0.0/8"), p("10.1.0.0/16"), p("2001:db8::/32")}, []netip.Prefix{p("10.0.0.0/8")})
+	if fmt.Sprint(got) != "[2001:db8::/32]" {
+		t.Fatalf("released %v", got)
+	}
+	got = releasedSubnets([]netip.Prefix{p("10.0.0.0/8")}, []netip.Prefix{p("10.0.0.0/9")})
+	if fmt.Sprint(got) != "[10.128.0.0/9]" {
+		t.Fatalf("released %v", got)
+	}
+}
+
+func TestBurstsCoalesce(t *testing.T) {
+	f := newFixture(t, Config{Workers: 4})
+	f.org("acme", "10.0.0.0/16")
+	f.settle("acme")
+	before := len(f.pub.all())
+
+	gate := make(chan struct{})
+	f.pub.mu.Lock()
+	f.pub.gate = gate
+	f.pub.mu.Unlock()
+	for i := range 50 {
+		f.put("acme", fmt.Sprintf("10.0.%d.0/24", i), "u", "")
+	}
+	if st := f.d.Status("acme"); !st.Dirty {
+		t.Fatal("not dirty while a deploy is held")
+	}
+	close(gate)
+	st := f.settle("acme")
+	if st.Deployed.Version != 52 || len(st.Deployed.Sessions) != 51 {
+		t.Fatalf("deployed v%d with %d sessions", st.Deployed.Version, len(st.Deployed.Sessions))
+	}
+	// One deploy was running when the burst began; the burst costs at most
+	// one more (plus one for a write landing during that one).
+	if got := len(f.pub.all()) - before; got > 3 {
+		t.Fatalf("50 writes cost %d deploys", got)
+	}
+}
+
+func TestRetryAndUnconfirmedSessions(t *testing.T) {
+	f := newFixture(t, Config{})
+	f.org("acme", "10.0.0.0/24")
+	f.settle("acme")
+
+	f.pub.setFail(true)
+	f.put("acme", "10.0.0.0/25", "ghost", "")
+	deadline := time.Now().Add(5 * time.Second)
+	for f.pub.callCount() < 3 { // failed attempts, retried with backoff
+		if time.Now().After(deadline) {
+			t.Fatal("no retries")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if st := f.d.Status("acme"); !st.Dirty || st.DirtySince.IsZero() {
+		t.Fatalf("not dirty while failing: %+v", st)
+	}
+	// The override is withdrawn before the IP Mapper comes back: the
+	// session a failed publish may have stored is cleaned anyway.
+	if _, err := f.store.DeleteOverride(f.ctx(), "acme", netip.MustParsePrefix("10.0.0.0/25")); err != nil {
+		t.Fatal(err)
+	}
+	f.d.Notify("acme")
+	f.pub.setFail(false)
+	f.settle("acme")
+	d := f.pub.last()
+	if !slices.Contains(d.CleanIDs, id("acme", "10.0.0.0/25", "ghost")) {
+		t.Fatalf("unconfirmed session not cleaned: %+v", d)
+	}
+}
+
+func TestDeletedOrgCleansAll(t *testing.T) {
+	f := newFixture(t, Config{})
+	f.org("acme", "10.0.0.0/24")
+	f.settle("acme")
+	if err := f.store.DeleteOrg(f.ctx(), "acme"); err != nil {
+		t.Fatal(err)
+	}
+	f.d.Notify("acme")
+	deadline := time.Now().Add(5 * time.Second)
+	for !f.pub.last().CleanOrg {
+		if time.Now().After(deadline) {
+			t.Fatal("no clean of the deleted organisation")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if st := f.d.Status("acme"); st.Deployed != nil || st.Dirty {
+		t.Fatalf("deleted org still has state %+v", st)
+	}
+}
+
+func TestRedeploy(t *testing.T) {
+	f := newFixture(t, Config{})
+	f.org("acme", "10.0.0.0/24")
+	f.put("acme", "10.0.0.0/26", "a", "")
+	first := f.settle("acme")
+	rev := f.pub.last().Revision
+	f.d.Redeploy("acme")
+	st := f.settle("acme")
+	d := f.pub.last()
+	if d.Revision <= rev || d.CleanBelowRevision != d.Revision || len(d.Set) != len(first.Deployed.Sessions) {
+		t.Fatalf("redeploy %+v (before rev %d)", d, rev)
+	}
+	if st.Deployed.Version != first.Deployed.Version {
+		t.Fatal("redeploy changed the version")
+	}
+}
+
+func TestVersionScanAndFullRedeploy(t *testing.T) {
+	f := newFixture(t, Config{VersionCheckInterval: 10 * time.Millisecond, FullRedeployInterval: 50 * time.Millisecond})
+	// Written behind the deployer's back (another instance): the scan finds it.
+	if _, err := f.store.PutOrg(f.ctx(), "acme"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st := f.d.Status("acme")
+		if st.Deployed != nil && st.Deployed.Version == 1 && !st.Dirty {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("scan did not deploy: %+v", st)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	rev := f.pub.last().Revision
+	for f.pub.last().Revision <= rev {
+		if time.Now().After(deadline) {
+			t.Fatal("no periodic full redeploy")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestComputeSessions(t *testing.T) {
+	p := netip.MustParsePrefix
+	snap := Compute("acme", orgstore.View{Version: 7,
+		Prefixes: []netip.Prefix{p("10.0.0.0/9"), p("10.128.0.0/9")},
+		Overrides: []orgstore.Override{
+			{CIDR: p("10.0.0.0/8"), Username: "a", TraceID: "t"},
+			{CIDR: p("10.1.0.0/16"), Location: "l"},
+		}})
+	if len(snap.Ranges) != 3 || len(snap.Sessions) != 2 {
+		t.Fatalf("ranges %v sessions %v", snap.Ranges, snap.Sessions)
+	}
+	a := snap.Sessions[session.NewID("acme", p("10.0.0.0/8"), "a", "", "")]
+	if a.TraceID != "t" || fmt.Sprint(a.Allocations) != "[10.0.0.0/16 10.2.0.0/15 10.4.0.0/14 10.8.0.0/13 10.16.0.0/12 10.32.0.0/11 10.64.0.0/10 10.128.0.0/9]" {
+		t.Fatalf("session a %+v", a)
+	}
+}

@@ -1,0 +1,197 @@
+package orgmanager
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/svc-pf/svc-pf/internal/deploy"
+	"github.com/svc-pf/svc-pf/internal/httpapi"
+	"github.com/svc-pf/svc-pf/internal/orgstore"
+	"github.com/svc-pf/svc-pf/internal/orgstore/storetest"
+)
+
+// harness is the orgmanager API on a real store, served over a real
+// loopback socket, with the deploy pipeline running (no IP Mapper).
+type harness struct {
+	t        testing.TB
+	srv      *httptest.Server
+	store    *orgstore.Store
+	deployer *deploy.Deployer
+	router   *httpapi.Router
+}
+
+// eachDB runs fn against SQLite and PostgreSQL.
+func eachDB(t *testing.T, fn func(t *testing.T, h *harness)) {
+	storetest.Dialects(t, func(t *testing.T, open func(t *testing.T) *orgstore.Store) {
+		fn(t, newHarness(t, open(t), deploy.Discard{}))
+	})
+}
+
+func newHarness(t testing.TB, store *orgstore.Store, pub deploy.Publisher) *harness {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	d, err := deploy.New(deploy.Config{Store: store, Publisher: pub, Workers: 2, Registerer: reg,
+		RetryMin: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, err := New(Config{Store: store, Deployer: d})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := httpapi.NewRouter(httpapi.RouterConfig{Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api.Register(r)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		d.Run(ctx)
+	}()
+	srv := httptest.NewServer(r)
+	t.Cleanup(func() {
+		srv.Close()
+		cancel()
+		<-done
+	})
+	return &harness{t: t, srv: srv, store: store, deployer: d, router: r}
+}
+
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// do sends a request; body is sent as is when it is a string, else as JSON.
+func (h *harness) do(method, path string, body any) *response {
+	h.t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	default:
+		data, err := json.Marshal(b)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		rd = bytes.NewReader(data)
+	}
+	req, err := http.NewRequest(method, h.srv.URL+path, rd)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	resp, err := h.srv.Client().Do(req)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	r := &response{status: resp.StatusCode, header: resp.Header, body: data}
+	if r.status != http.StatusNoContent && resp.Header.Get("Content-Type") != "application/json" {
+		h.t.Errorf("%s %s: Content-Type %q", method, path, resp.Header.Get("Content-Type"))
+	}
+	if resp.Header.Get("X-Request-ID") == "" {
+		h.t.Errorf("%s %s: no X-Request-ID", method, path)
+	}
+	if r.status >= 500 {
+		h.t.Errorf("%s %s: server error %d %s", method, path, r.status, data)
+	}
+	return r
+}
+
+// must sends a request and fails unless the status is want.
+func (h *harness) must(want int, method, path string, body any) *response {
+	h.t.Helper()
+	r := h.do(method, path, body)
+	if r.status != want {
+		h.t.Fatalf("%s %s: status %d, want %d; body %s", method, path, r.status, want, r.body)
+	}
+	return r
+}
+
+// decode unmarshals the body into v.
+func (r *response) decode(t testing.TB, v any) {
+	t.Helper()
+	if err := json.Unmarshal(r.body, v); err != nil {
+		t.Fatalf("body %q: %v", r.body, err)
+	}
+}
+
+// errorText returns the {"error": …} message, failing when there is none.
+func (r *response) errorText(t testing.TB) string {
+	t.Helper()
+	var e map[string]any
+	r.decode(t, &e)
+	msg, ok := e["error"].(string)
+	if !ok || msg == "" {
+		t.Fatalf("no error message in %s", r.body)
+	}
+	return msg
+}
+
+func (r *response) version(t testing.TB) string {
+	t.Helper()
+	v := r.header.Get("X-Org-Version")
+	if v == "" {
+		t.Fatalf("no X-Org-Version (status %d, body %s)", r.status, r.body)
+	}
+	return v
+}
+
+// expectError checks status and that the message contains want.
+func (h *harness) expectError(status int, method, path string, body any, want string) {
+	h.t.Helper()
+	r := h.must(status, method, path, body)
+	if msg := r.errorText(h.t); !strings.Contains(msg, want) {
+		h.t.Errorf("%s %s: error %q does not contain %q", method, path, msg, want)
+	}
+}
+
+// org creates an organisation with prefixes.
+func (h *harness) org(id string, prefixes ...string) {
+	h.t.Helper()
+	h.must(200, "PUT", "/org/"+id, nil)
+	if len(prefixes) > 0 {
+		h.must(200, "PATCH", "/org/"+id+"/prefixes", map[string]any{"add": prefixes})
+	}
+}
+
+type rangesResponse struct {
+	Version    int64               `json:"version"`
+	Dirty      bool                `json:"dirty"`
+	DirtySince string              `json:"dirty_since"`
+	Ranges     []map[string]string `json:"ranges"`
+}
+
+// settled waits until the organisation's effective ranges are not dirty
+// and returns them.
+func (h *harness) settled(org string) rangesResponse {
+	h.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var rr rangesResponse
+		h.must(200, "GET", "/org/"+org+"/effective-ranges", nil).decode(h.t, &rr)
+		if !rr.Dirty {
+			return rr
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("%s still dirty after 10s: %+v", org, rr)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
