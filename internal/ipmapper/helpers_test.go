@@ -1,0 +1,160 @@
+package ipmapper
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/svc-pf/svc-pf/internal/natsbus"
+	"github.com/svc-pf/svc-pf/internal/session"
+)
+
+// bus is an embedded NATS server with one client connection.
+type bus struct {
+	srv *natsbus.Embedded
+	nc  *nats.Conn
+	dir string
+}
+
+func startBus(t testing.TB) *bus {
+	t.Helper()
+	dir := t.TempDir()
+	srv, err := natsbus.StartEmbedded(natsbus.EmbeddedConfig{StoreDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := natsbus.Connect(srv.ClientURL(), "ipmapper-test", nil, false)
+	if err != nil {
+		srv.Shutdown()
+		t.Fatal(err)
+	}
+	b := &bus{srv: srv, nc: nc, dir: dir}
+	t.Cleanup(func() {
+		b.nc.Close()
+		b.srv.Shutdown()
+	})
+	return b
+}
+
+// fakeClock is a settable time source for expiry tests.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// fixture is a started Service with a Client and its metrics registry.
+type fixture struct {
+	bus    *bus
+	svc    *Service
+	client *Client
+	reg    *prometheus.Registry
+	clock  *fakeClock
+}
+
+func startFixture(t testing.TB, mod func(*Config)) *fixture {
+	t.Helper()
+	b := startBus(t)
+	return startFixtureOn(t, b, mod)
+}
+
+func startFixtureOn(t testing.TB, b *bus, mod func(*Config)) *fixture {
+	t.Helper()
+	f := &fixture{bus: b, reg: prometheus.NewRegistry(), clock: newFakeClock()}
+	cfg := Config{Conn: b.nc, Registerer: f.reg, Clock: f.clock.Now, SweepInterval: time.Hour}
+	if mod != nil {
+		mod(&cfg)
+	}
+	svc, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := svc.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = svc.Stop() })
+	f.svc = svc
+	f.client, err = NewClient(ClientConfig{Conn: b.nc, Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func kvOf(t testing.TB, nc *nats.Conn) jetstream.KeyValue {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctxT(t), session.Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
+}
+
+func mustPrefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
+
+func mkSession(i int, org string) session.Session {
+	return session.Session{
+		ID:          fmt.Sprintf("s%06d", i),
+		Org:         org,
+		Revision:    1,
+		Allocations: []netip.Prefix{netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}), 32)},
+		Username:    fmt.Sprintf("user%d", i),
+		DeviceID:    fmt.Sprintf("dev%d", i),
+		Location:    "hq",
+	}
+}
+
+// metricValue reads a counter or gauge.
+func metricValue(c prometheus.Collector) float64 { return testutil.ToFloat64(c) }
+
+// eventually polls cond until it holds or the deadline passes; it asserts
+// an outcome, never a duration.
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func natsbusRestart(dir string, port int) (*natsbus.Embedded, error) {
+	return natsbus.StartEmbedded(natsbus.EmbeddedConfig{StoreDir: dir, Port: port})
+}

@@ -1,0 +1,85 @@
+package ipmapper
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Result label values of svcpf_ipmapper_requests_total.
+const (
+	resultOK      = "ok"
+	resultInvalid = "invalid" // refused request (400), or a batch with refused items
+	resultError   = "error"   // the IP Mapper failed (500), e.g. a KV write
+)
+
+// Reason label values of svcpf_ipmapper_sessions_removed_total.
+const (
+	reasonClean   = "clean"
+	reasonExpired = "expired"
+)
+
+type metrics struct {
+	requests       *prometheus.CounterVec
+	duration       *prometheus.HistogramVec
+	sessionsSet    prometheus.Counter
+	removedClean   prometheus.Counter
+	removedExpired prometheus.Counter
+	loadDuration   prometheus.Gauge
+	loadSkipped    prometheus.Counter
+	kvWriteErrors  prometheus.Counter
+	stored         prometheus.GaugeFunc
+}
+
+func newMetrics(reg prometheus.Registerer, sessions func() float64) (*metrics, error) {
+	removed := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "svcpf_ipmapper_sessions_removed_total",
+		Help: "Sessions removed from the table, by reason (clean request or TTL expiry).",
+	}, []string{"reason"})
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "svcpf_ipmapper_requests_total",
+			Help: "IP Mapper requests by command and result (ok, invalid, error).",
+		}, []string{"command", "result"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "svcpf_ipmapper_request_duration_seconds",
+			Help:    "Time to answer an IP Mapper request, KV writes included.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}, []string{"command"}),
+		sessionsSet: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "svcpf_ipmapper_sessions_set_total",
+			Help: "Sessions created or changed and persisted (unchanged updates are not counted).",
+		}),
+		removedClean:   removed.WithLabelValues(reasonClean),
+		removedExpired: removed.WithLabelValues(reasonExpired),
+		loadDuration: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "svcpf_ipmapper_load_duration_seconds",
+			Help: "Time the last start took to load the session table from the KV bucket.",
+		}),
+		loadSkipped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "svcpf_ipmapper_load_skipped_total",
+			Help: "KV entries skipped at load because they did not decode as a session.",
+		}),
+		kvWriteErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "svcpf_ipmapper_kv_write_errors_total",
+			Help: "KV puts and deletes that failed; the request that caused them got an error.",
+		}),
+	}
+	m.stored = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "svcpf_ipmapper_sessions",
+		Help: "Sessions in the table.",
+	}, sessions)
+	for _, c := range []prometheus.Collector{
+		m.requests, m.duration, m.sessionsSet, removed, m.loadDuration, m.loadSkipped, m.kvWriteErrors, m.stored,
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	// Pre-create the bounded series so dashboards see zeros, not gaps.
+	for _, cmd := range []string{CmdSetSession, CmdSetSessionBatch, CmdGetSessions, CmdCleanSessions} {
+		for _, r := range []string{resultOK, resultInvalid, resultError} {
+			m.requests.WithLabelValues(cmd, r)
+		}
+		m.duration.WithLabelValues(cmd)
+	}
+	return m, nil
+}
