@@ -1,0 +1,319 @@
+// Package orgstore is the SQL persistence of the organisation manager: the
+// source of truth for organisations, their IP prefixes and per-CIDR overrides
+// (spec 1, DESIGN.md §1 and §3). The REST handlers write through it; the
+// deploy step reads consistent views from it and turns them into sessions for
+// the IP Mapper. SQLite (pure Go, the embedded default) and PostgreSQL (the
+// scale path) run the same statements wherever their SQL agrees; docs/store.md
+// describes the schema, the dialect differences and the concurrency argument.
+package orgstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+)
+
+// Config configures Open.
+type Config struct {
+	// URL is "sqlite:PATH" (the parent directory is created) or
+	// "postgres://…" / "postgresql://…".
+	URL string
+	// MaxReadConns is the reader pool size; 0 picks a default from GOMAXPROCS.
+	MaxReadConns int
+	// Now is the clock for created/updated/ctime/mtime; nil means time.Now.
+	Now func() time.Time
+}
+
+var (
+	// ErrOrgNotFound: the organisation does not exist.
+	ErrOrgNotFound = errors.New("organisation not found")
+	// ErrOverrideNotFound: the organisation has no override for the CIDR.
+	ErrOverrideNotFound = errors.New("override not found")
+	// ErrInvalidInput wraps every refusal of a value the store cannot hold
+	// (a non-canonical CIDR, meta that is not a JSON object, a NUL in a
+	// string, an org id outside 1..255 bytes). Handlers validate first; this
+	// is the store's own guard, and maps to HTTP 400.
+	ErrInvalidInput = errors.New("invalid input")
+)
+
+// OverlapError says that a prefix being added overlaps (contains, is
+// contained in, or equals) a prefix owned by another organisation. Nothing of
+// the update was applied. HTTP 422.
+type OverlapError struct {
+	CIDR     netip.Prefix // the prefix in the request
+	Existing netip.Prefix // the other organisation's prefix
+	Org      string       // the other organisation; for logs, never for clients
+}
+
+// Error deliberately leaves out the other organisation's id: the message goes
+// to API clients, and organisations must not learn about each other.
+func (e *OverlapError) Error() string {
+	return fmt.Sprintf("prefix %s overlaps %s owned by another organisation", e.CIDR, e.Existing)
+}
+
+// Org is an organisation's row.
+type Org struct {
+	ID        string
+	Version   int64
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// OrgVersion is one entry of ListOrgs.
+type OrgVersion struct {
+	ID      string
+	Version int64
+}
+
+// Override is one per-CIDR override. Strings are "" when absent.
+type Override struct {
+	CIDR     netip.Prefix
+	Username string
+	DeviceID string
+	Location string
+	// Meta is the JSON object the client sent (compact), nil when absent.
+	Meta json.RawMessage
+	// TraceID is derived on write from Meta (see TraceID); what a caller puts
+	// here is ignored.
+	TraceID string
+	CTime   time.Time
+	MTime   time.Time
+}
+
+// Detail selects the override columns a read returns.
+type Detail int
+
+const (
+	// CIDROnly fills Override.CIDR only.
+	CIDROnly Detail = iota
+	// Identity fills CIDR, Username, DeviceID, Location and TraceID: what
+	// the deploy step needs.
+	Identity
+	// Full fills every field.
+	Full
+)
+
+// View is one consistent read of an organisation: the version, its prefixes
+// and the requested overrides all come from the same snapshot.
+type View struct {
+	Version   int64
+	Prefixes  []netip.Prefix
+	Overrides []Override
+}
+
+// BatchOp is one item of ApplyBatch: an upsert of Override, or a delete of
+// Override.CIDR when Delete is set.
+type BatchOp struct {
+	Delete   bool
+	Override Override
+}
+
+// Store is the organisation store. It is safe for concurrent use.
+type Store struct {
+	dialect string
+	// writer runs every write transaction. SQLite: one connection, so writes
+	// are serialised in process and BEGIN IMMEDIATE serialises them across
+	// processes. PostgreSQL: the same pool as reader.
+	writer *sql.DB
+	// reader serves reads. SQLite: a pool of query-only connections reading
+	// WAL snapshots concurrently with the writer.
+	reader *sql.DB
+	now    func() time.Time
+	q      queries
+	// stmts are the hot reads, prepared once: the pure-Go SQLite driver
+	// has no statement cache and would otherwise parse them on every call.
+	stmts struct {
+		getOrg, prefixes, readOverride *sql.Stmt
+	}
+}
+
+// Open connects to the database named by cfg.URL and applies the embedded
+// migrations of its dialect.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	t, err := parseURL(cfg.URL)
+	if err != nil {
+		return nil, err
+	}
+	readConns := cfg.MaxReadConns
+	if readConns <= 0 {
+		readConns = max(4, 2*runtime.GOMAXPROCS(0))
+	}
+	s := &Store{dialect: t.dialect, now: cfg.Now, q: queriesFor(t.dialect)}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	switch t.dialect {
+	case DialectSQLite:
+		err = s.openSQLite(ctx, t.path, readConns)
+	case DialectPostgres:
+		err = s.openPostgres(ctx, t.pg, readConns)
+	}
+	if err == nil {
+		err = s.prepare(ctx)
+	}
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Store) prepare(ctx context.Context) error {
+	for _, st := range []struct {
+		dst **sql.Stmt
+		sql string
+	}{
+		{&s.stmts.getOrg, getOrgSQL},
+		{&s.stmts.prefixes, prefixesSQL},
+		{&s.stmts.readOverride, readOverrideSQL},
+	} {
+		stmt, err := s.reader.PrepareContext(ctx, st.sql)
+		if err != nil {
+			return fmt.Errorf("orgstore: prepare: %w", err)
+		}
+		*st.dst = stmt
+	}
+	return nil
+}
+
+func (s *Store) openSQLite(ctx context.Context, path string, readConns int) error {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return fmt.Errorf("orgstore: sqlite path: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(abs), 0o750); err != nil {
+		return fmt.Errorf("orgstore: create the database directory: %w", err)
+	}
+	base := "file:" + sqliteURIPath(abs) + "?_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)"
+	// WAL lets readers run beside the single writer; synchronous=NORMAL is
+	// safe in WAL (a power cut may lose the last commits, never corrupts).
+	// _txlock=immediate takes the write lock at BEGIN, so a write
+	// transaction's reads (the prefix overlap check) cannot go stale.
+	s.writer, err = sql.Open("sqlite", base+"&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate")
+	if err != nil {
+		return fmt.Errorf("orgstore: open sqlite: %w", err)
+	}
+	s.writer.SetMaxOpenConns(1)
+	s.writer.SetMaxIdleConns(1)
+	s.writer.SetConnMaxLifetime(0)
+	s.writer.SetConnMaxIdleTime(0)
+	if err := s.writer.PingContext(ctx); err != nil {
+		return fmt.Errorf("orgstore: open sqlite %s: %w", abs, err)
+	}
+	if err := migrate(ctx, s.writer, DialectSQLite, s.nowMicros()); err != nil {
+		return err
+	}
+	// Readers open after the writer switched the file to WAL (persistent).
+	s.reader, err = sql.Open("sqlite", base+"&_query_only=1")
+	if err != nil {
+		return fmt.Errorf("orgstore: open sqlite: %w", err)
+	}
+	s.reader.SetMaxOpenConns(readConns)
+	s.reader.SetMaxIdleConns(readConns)
+	s.reader.SetConnMaxLifetime(0)
+	s.reader.SetConnMaxIdleTime(0)
+	if err := s.reader.PingContext(ctx); err != nil {
+		return fmt.Errorf("orgstore: open sqlite %s: %w", abs, err)
+	}
+	return nil
+}
+
+// pgWriteConns is added to the reader pool size so writes are not starved by
+// a burst of reads; writes to one organisation serialise on its row anyway.
+const pgWriteConns = 4
+
+func (s *Store) openPostgres(ctx context.Context, url string, readConns int) error {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return fmt.Errorf("orgstore: invalid postgres database URL: %w", err)
+	}
+	db := stdlib.OpenDB(*cfg)
+	s.writer, s.reader = db, db
+	db.SetMaxOpenConns(readConns + pgWriteConns)
+	db.SetMaxIdleConns(readConns + pgWriteConns)
+	db.SetConnMaxIdleTime(5 * time.Minute)
+	if err := db.PingContext(ctx); err != nil {
+		return fmt.Errorf("orgstore: connect to postgres: %w", err)
+	}
+	return migrate(ctx, db, DialectPostgres, s.nowMicros())
+}
+
+// Close closes the connection pools.
+func (s *Store) Close() error {
+	var errs []error
+	for _, st := range []*sql.Stmt{s.stmts.getOrg, s.stmts.prefixes, s.stmts.readOverride} {
+		if st != nil {
+			errs = append(errs, st.Close())
+		}
+	}
+	if s.reader != nil && s.reader != s.writer {
+		errs = append(errs, s.reader.Close())
+	}
+	if s.writer != nil {
+		errs = append(errs, s.writer.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Dialect returns "sqlite" or "postgres".
+func (s *Store) Dialect() string { return s.dialect }
+
+// Ping checks that the database answers, for /health.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.reader.PingContext(ctx); err != nil {
+		return err
+	}
+	if s.writer != s.reader {
+		return s.writer.PingContext(ctx)
+	}
+	return nil
+}
+
+// write runs fn in one write transaction.
+func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	tx, err := s.writer.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("orgstore: begin: %w", err)
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("orgstore: commit: %w", err)
+	}
+	return nil
+}
+
+// read runs fn in one read-only transaction on a consistent snapshot.
+// PostgreSQL's equivalent (REPEATABLE READ READ ONLY) is in pgread.go.
+func (s *Store) read(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	// SQLite: a deferred transaction takes its WAL snapshot at the first read
+	// and keeps it to the end.
+	tx, err := s.reader.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return fmt.Errorf("orgstore: begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }() // read-only: nothing to undo
+	return fn(tx)
+}
+
+// nowMicros is the write timestamp, truncated to what the database keeps.
+func (s *Store) nowMicros() int64 {
+	return s.now().UnixMicro()
+}
+
+func fromMicros(us int64) time.Time {
+	return time.UnixMicro(us).UTC()
+}
