@@ -83,12 +83,17 @@ func Effective(prefixes []netip.Prefix, overrides []Override) []Range {
 // nested or disjoint, so after sorting by start address and then by length a
 // stack of the open CIDRs is enough: the top is always the most specific one.
 func flatten(items []Range) []Range {
-	slices.SortFunc(items, func(a, b Range) int {
+	byStart := func(a, b Range) int {
 		if c := a.Orig.Addr().Compare(b.Orig.Addr()); c != 0 {
 			return c
 		}
 		return cmp.Compare(a.Orig.Bits(), b.Orig.Bits())
-	})
+	}
+	// The store hands CIDRs over in this order already; checking is far
+	// cheaper than sorting structs this large.
+	if !slices.IsSortedFunc(items, byStart) {
+		slices.SortFunc(items, byStart)
+	}
 	items = slices.CompactFunc(items, func(a, b Range) bool { return a.Orig == b.Orig })
 
 	type open struct {
@@ -127,39 +132,51 @@ func flatten(items []Range) []Range {
 		}
 		stack = append(stack, open{r: it, last: r.To(), next: r.From()})
 	}
+	// Every piece is emitted once all addresses before it are, so out is
+	// in address order without sorting.
 	closeUntil(netip.Addr{})
-	slices.SortFunc(out, func(a, b Range) int { return a.From.Compare(b.From) })
 	return out
 }
 
 // overlay lays the override ranges over the prefix ranges: both inputs are
-// sorted and disjoint; overrides win wherever they overlap.
+// sorted and disjoint; overrides win wherever they overlap. The output is
+// merged in address order.
 func overlay(over, base []Range) []Range {
 	out := make([]Range, 0, len(over)+len(base))
-	j := 0 // first override that may still overlap the current base range
+	j := 0 // next override to emit
+	// coveredTo is the last address of the last override emitted: one
+	// override may span several adjacent base ranges.
+	var coveredTo netip.Addr
 	for _, b := range base {
-		for j < len(over) && over[j].To.Compare(b.From) < 0 {
-			out = append(out, over[j])
-			j++
+		next := b.From // first address of b not yet covered; invalid when none is left
+		if coveredTo.IsValid() && coveredTo.Compare(next) >= 0 {
+			if coveredTo.Compare(b.To) >= 0 {
+				continue
+			}
+			next = coveredTo.Next()
 		}
-		next := b.From
-		for k := j; k < len(over) && over[k].From.Compare(b.To) <= 0; k++ {
-			if over[k].From.Compare(next) > 0 {
+		for ; j < len(over) && over[j].From.Compare(b.To) <= 0; j++ {
+			if over[j].From.Compare(next) > 0 {
 				piece := b
-				piece.From, piece.To = next, over[k].From.Prev()
+				piece.From, piece.To = next, over[j].From.Prev()
 				out = append(out, piece)
 			}
-			if next = over[k].To.Next(); !next.IsValid() {
+			out = append(out, over[j])
+			coveredTo = over[j].To
+			if coveredTo.Compare(b.To) >= 0 {
+				next = netip.Addr{}
+				j++
 				break
 			}
+			next = coveredTo.Next()
 		}
-		if next.IsValid() && next.Compare(b.To) <= 0 {
+		if next.IsValid() {
 			piece := b
 			piece.From = next
 			out = append(out, piece)
 		}
 	}
-	out = append(out, over[j:]...)
-	slices.SortFunc(out, func(a, b Range) int { return a.From.Compare(b.From) })
-	return out
+	// Active overrides lie inside the prefixes, so none is left over; keep
+	// any that is rather than lose it.
+	return append(out, over[j:]...)
 }

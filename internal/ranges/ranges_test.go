@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"testing"
 )
 
@@ -102,7 +103,7 @@ func TestCoverageUnion(t *testing.T) {
 // both families, against a brute-force decision for every single address.
 func TestEffectiveMatchesOracle(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	for iter := 0; iter < 300; iter++ {
+	for iter := 0; iter < 1000; iter++ {
 		var prefixes []netip.Prefix
 		var overrides []Override
 		seen := map[netip.Prefix]bool{}
@@ -248,8 +249,23 @@ func BenchmarkEffective100k(b *testing.B) {
 			overrides = append(overrides, Override{CIDR: p, Attrs: Attributes{Username: "u"}})
 		}
 	}
-	b.ReportAllocs()
-	for b.Loop() {
-		Effective(prefixes, overrides)
-	}
+	b.Run("unsorted", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			Effective(prefixes, slices.Clone(overrides))
+		}
+	})
+	// The store returns overrides sorted by address and length.
+	slices.SortFunc(overrides, func(x, y Override) int {
+		if c := x.CIDR.Addr().Compare(y.CIDR.Addr()); c != 0 {
+			return c
+		}
+		return x.CIDR.Bits() - y.CIDR.Bits()
+	})
+	b.Run("sorted", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			Effective(prefixes, overrides)
+		}
+	})
 }
