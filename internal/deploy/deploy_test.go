@@ -153,7 +153,7 @@ func TestFirstDeployRepublishesInFull(t *testing.T) {
 		t.Fatalf("deployed version %d", st.Deployed.Version)
 	}
 	first := f.pub.all()[0]
-	if first.Revision < 1 || first.CleanBelowRevision != first.Revision || len(first.Set) == 0 {
+	if first.Revision < 1 || first.CleanBelowRevision != first.Revision {
 		t.Fatalf("first deploy %+v", first)
 	}
 	// Later deploys are incremental, under the same revision.
@@ -174,7 +174,6 @@ func TestIncrementalDiffs(t *testing.T) {
 	f.put("acme", "10.0.0.0/24", "a", "")
 	f.settle("acme")
 	first := f.pub.last()
-	n := len(f.pub.all())
 
 	// A nested override: the new session, and its parent with fewer
 	// allocations; nothing cleaned, same revision.
@@ -197,7 +196,7 @@ func TestIncrementalDiffs(t *testing.T) {
 	}
 
 	// trace_id only: nothing published, yet the version is deployed.
-	n = len(f.pub.all())
+	n := len(f.pub.all())
 	f.put("acme", "10.0.0.128/25", "c", `{"trace_id":"new"}`)
 	st := f.settle("acme")
 	if len(f.pub.all()) != n || st.Deployed.Version != 6 {
