@@ -11,6 +11,7 @@ import (
 // existing one (PUT and PATCH /org/{org}). It returns the version after the
 // call.
 func (s *Store) PutOrg(ctx context.Context, id string) (int64, error) {
+	defer s.cache.invalidate(id) // after the commit: see overrideCache
 	if !validOrgID(id) {
 		if err := checkText("org id", id); err != nil {
 			return 0, err
@@ -51,6 +52,7 @@ func (s *Store) GetOrg(ctx context.Context, id string) (Org, error) {
 // DeleteOrg deletes the organisation with all its prefixes and overrides, or
 // returns ErrOrgNotFound.
 func (s *Store) DeleteOrg(ctx context.Context, id string) error {
+	defer s.cache.invalidate(id) // after the commit: see overrideCache
 	return s.write(ctx, func(tx *sql.Tx) error {
 		pk, _, err := s.lockOrg(ctx, tx, id)
 		if err != nil {

@@ -21,6 +21,7 @@ func (s *Store) PutOverride(ctx context.Context, org string, o Override) (int64,
 // absent override is not an error; the version is bumped only when a row was
 // deleted.
 func (s *Store) DeleteOverride(ctx context.Context, org string, cidr netip.Prefix) (int64, error) {
+	defer s.cache.invalidate(org) // after the commit: see overrideCache
 	if err := validPrefix(cidr); err != nil {
 		return 0, err
 	}
@@ -69,6 +70,7 @@ type upsertRow struct {
 // PostgreSQL requires of an upsert. SQLite runs both as multi-row statements
 // in chunks of 1000, PostgreSQL as one statement each over column arrays.
 func (s *Store) ApplyBatch(ctx context.Context, org string, ops []BatchOp) (int64, error) {
+	defer s.cache.invalidate(org) // after the commit: see overrideCache
 	if len(ops) == 0 {
 		return s.currentVersion(ctx, org)
 	}
@@ -435,8 +437,9 @@ func (c *chunked) all() []Override {
 }
 
 // ReadOverride returns the organisation's version, prefixes and its override
-// for cidr (all fields) as View.Overrides[0]. It is one statement, hence one
-// snapshot, and one round trip: the single GET is the hot read.
+// for cidr (all fields) as View.Overrides[0]. It is the hot read (the single
+// GET): served from memory when the cache is on, else one statement, hence
+// one snapshot and one round trip. The returned View is shared: read only.
 func (s *Store) ReadOverride(ctx context.Context, org string, cidr netip.Prefix) (View, error) {
 	if err := validPrefix(cidr); err != nil {
 		return View{}, err
@@ -444,6 +447,20 @@ func (s *Store) ReadOverride(ctx context.Context, org string, cidr netip.Prefix)
 	if !validOrgID(org) {
 		return View{}, ErrOrgNotFound
 	}
+	v, ok, gen := s.cache.get(org, cidr)
+	if ok {
+		return v, nil
+	}
+	v, err := s.readOverride(ctx, org, cidr)
+	if err == nil {
+		s.cache.put(org, cidr, v, gen)
+	}
+	return v, err
+}
+
+// readOverride is ReadOverride's database read: one statement returns the
+// version, the override and the prefixes.
+func (s *Store) readOverride(ctx context.Context, org string, cidr netip.Prefix) (View, error) {
 	rows, err := s.stmts.readOverride.QueryContext(ctx, org, prefixKey(cidr))
 	if err != nil {
 		return View{}, fmt.Errorf("orgstore: read override: %w", err)

@@ -15,6 +15,7 @@ import (
 // bumped only when a row was inserted or deleted. A prefix that overlaps one
 // of another organisation fails the whole call with *OverlapError.
 func (s *Store) UpdatePrefixes(ctx context.Context, org string, add, remove []netip.Prefix) (int64, error) {
+	defer s.cache.invalidate(org) // after the commit: see overrideCache
 	addKeys, err := uniqueKeys(add)
 	if err != nil {
 		return 0, err

@@ -136,7 +136,14 @@ type Store struct {
 	stmts struct {
 		getOrg, prefixes, readOverride *sql.Stmt
 	}
+	// cache serves repeated single-override reads; nil unless this process
+	// holds lock, the SQLite database's lock file (see overrideCache).
+	cache *overrideCache
+	lock  *os.File
 }
+
+// overrideCacheSize bounds the cached single-override reads.
+const overrideCacheSize = 100_000
 
 // Open connects to the database named by cfg.URL and applies the embedded
 // migrations of its dialect.
@@ -226,6 +233,9 @@ func (s *Store) openSQLite(ctx context.Context, path string, readConns int) erro
 	if err := s.reader.PingContext(ctx); err != nil {
 		return fmt.Errorf("orgstore: open sqlite %s: %w", abs, err)
 	}
+	if s.lock = lockExclusive(abs + ".lock"); s.lock != nil {
+		s.cache = newOverrideCache(overrideCacheSize)
+	}
 	return nil
 }
 
@@ -262,6 +272,10 @@ func (s *Store) Close() error {
 	}
 	if s.writer != nil {
 		errs = append(errs, s.writer.Close())
+	}
+	if s.lock != nil {
+		errs = append(errs, s.lock.Close()) // releases the flock
+		s.lock = nil
 	}
 	return errors.Join(errs...)
 }
