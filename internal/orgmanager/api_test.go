@@ -1,7 +1,9 @@
 package orgmanager
 
 import (
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/url"
 	"slices"
 	"strings"
@@ -600,5 +602,36 @@ func TestVersionHeaderEverywhere(t *testing.T) {
 		}
 		h.expectError(404, "POST", "/org/nobody/redeploy", nil, "organisation not found")
 		h.settled("acme")
+	})
+}
+
+// TestUnexpectedFailureIs500: when the database fails under a request, the
+// answer is a 500 whose body names the cause and the request id, never a
+// panic or a lost connection.
+func TestUnexpectedFailureIs500(t *testing.T) {
+	eachDB(t, func(t *testing.T, h *harness) {
+		h.org("acme", "10.0.0.0/8")
+		if err := h.store.Close(); err != nil {
+			t.Fatal(err)
+		}
+		req, _ := http.NewRequest("GET", h.srv.URL+"/org/acme/overrides", nil)
+		req.Header.Set("X-Request-ID", "req-500")
+		resp, err := h.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var body struct {
+			Error     string `json:"error"`
+			Detail    string `json:"detail"`
+			RequestID string `json:"request_id"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != 500 || body.Error == "" || body.Detail == "" || body.RequestID != "req-500" ||
+			resp.Header.Get("Content-Type") != "application/json" {
+			t.Fatalf("%d %+v", resp.StatusCode, body)
+		}
 	})
 }

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestCommandLine(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("http:\n  adress: x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		args   []string
+		code   int
+		output string
+	}{
+		{nil, 2, "Usage:"},
+		{[]string{"--version"}, 0, "svc-pf "},
+		{[]string{"version"}, 0, "svc-pf "},
+		{[]string{"orgmanager", "--version"}, 0, "svc-pf "},
+		{[]string{"help"}, 0, "Commands:"},
+		{[]string{"nonsense"}, 2, `unknown command "nonsense"`},
+		{[]string{"orgmanager", "--bogus"}, 2, "flag provided but not defined"},
+		{[]string{"orgmanager", "extra"}, 2, "unexpected arguments"},
+		{[]string{"orgmanager", "-c", filepath.Join(dir, "missing.yaml")}, 1, "no such file"},
+		{[]string{"ipmapper", "--config", bad}, 1, `unknown key "adress"`},
+		{[]string{"all", "-c", bad}, 1, `unknown key "http"`},
+	} {
+		var out bytes.Buffer
+		code := run(context.Background(), tt.args, &out, &out)
+		if code != tt.code || !strings.Contains(out.String(), tt.output) {
+			t.Errorf("svc-pf %v: exit %d, output %q; want %d and %q", tt.args, code, out.String(), tt.code, tt.output)
+		}
+	}
+}
+
+// TestOrgManagerRunsAndStops starts the real command on a temporary
+// configuration and stops it through its context, as SIGTERM would.
+func TestOrgManagerRunsAndStops(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "om.yaml")
+	if err := os.WriteFile(cfg, []byte("http:\n  address: 127.0.0.1:0\ndatabase:\n  url: sqlite:"+filepath.Join(dir, "o.db")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var out bytes.Buffer
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, []string{"orgmanager", "-c", cfg}, io.Discard, &out) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "o.db")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("database never created")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel() // as SIGTERM does
+	if code := <-done; code != 0 {
+		t.Fatalf("exit %d: %s", code, out.String())
+	}
+}
