@@ -27,26 +27,31 @@ import (
 // embedded NATS server: orgmanager (HTTP + deploy over NATS), the IP Mapper
 // and a node's subscriber index.
 type platform struct {
-	t      *testing.T
-	nats   *natsbus.Embedded
-	dbURL  string
-	mapper *ipmapper.Service
-	index  *subscriber.Index
-	client *ipmapper.Client
+	t    testing.TB
+	nats *natsbus.Embedded
+	// natsDir is the embedded server's JetStream directory, to restart it.
+	natsDir string
+	dbURL   string
+	mapper  *ipmapper.Service
+	index   *subscriber.Index
+	client  *ipmapper.Client
 
 	omCancel context.CancelFunc
 	omDone   chan error
 	base     string
 }
 
-func newPlatform(t *testing.T, dbURL string) *platform {
+func newPlatform(t *testing.T, dbURL string) *platform { return newPlatformTB(t, dbURL) }
+
+func newPlatformTB(t testing.TB, dbURL string) *platform {
 	t.Helper()
-	srv, err := natsbus.StartEmbedded(natsbus.EmbeddedConfig{StoreDir: t.TempDir()})
+	dir := t.TempDir()
+	srv, err := natsbus.StartEmbedded(natsbus.EmbeddedConfig{StoreDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(srv.Shutdown)
-	p := &platform{t: t, nats: srv, dbURL: dbURL}
+	p := &platform{t: t, nats: srv, natsDir: dir, dbURL: dbURL}
+	t.Cleanup(func() { p.nats.Shutdown() })
 	p.startMapper()
 
 	nc := p.connect("node")
