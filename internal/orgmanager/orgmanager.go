@@ -437,20 +437,12 @@ func batchOp(raw json.RawMessage) (orgstore.BatchOp, error) {
 	return orgstore.BatchOp{Override: o}, nil
 }
 
-type rangeBody struct {
-	From     string `json:"from"`
-	To       string `json:"to"`
-	OrigCIDR string `json:"orig_cidr"`
-	Username string `json:"username,omitempty"`
-	DeviceID string `json:"deviceid,omitempty"`
-	Location string `json:"location,omitempty"`
-}
-
-type rangesBody struct {
-	Version    int64       `json:"version"`
-	Dirty      bool        `json:"dirty"`
-	DirtySince string      `json:"dirty_since"`
-	Ranges     []rangeBody `json:"ranges"`
+// rangesHead is the part of the effective-ranges answer besides the
+// ranges themselves, which appendRangesBody renders.
+type rangesHead struct {
+	Version    int64
+	Dirty      bool
+	DirtySince string
 }
 
 func (a *API) effectiveRanges(w http.ResponseWriter, r *http.Request, org string) {
@@ -469,7 +461,7 @@ func (a *API) effectiveRanges(w http.ResponseWriter, r *http.Request, org string
 		return
 	}
 	st := a.deploy.Status(org)
-	var body rangesBody
+	var body rangesHead
 	var rs []ranges.Range
 	if latest {
 		view, err := a.store.ReadOverrides(r.Context(), org, orgstore.Identity)
@@ -491,13 +483,9 @@ func (a *API) effectiveRanges(w http.ResponseWriter, r *http.Request, org string
 	if !body.Dirty {
 		body.DirtySince = ""
 	}
-	body.Ranges = make([]rangeBody, len(rs))
-	for i, rg := range rs {
-		body.Ranges[i] = rangeBody{From: rg.From.String(), To: rg.To.String(), OrigCIDR: rg.Orig.String(),
-			Username: rg.Attrs.Username, DeviceID: rg.Attrs.DeviceID, Location: rg.Attrs.Location}
-	}
 	setVersion(w, o.Version)
-	httpapi.WriteJSON(w, http.StatusOK, body)
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(appendRangesBody(nil, body.Version, body.Dirty, body.DirtySince, rs))
 }
 
 func timestamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
