@@ -63,7 +63,7 @@ func DefaultOrgManagerConfig() OrgManagerConfig {
 		Deploy: DeployConfig{
 			Workers:              4,
 			VersionCheckInterval: 30 * time.Second,
-			FullRedeployInterval: time.Hour,
+			FullRedeployInterval: 6 * time.Hour,
 			RetryMin:             100 * time.Millisecond,
 			RetryMax:             30 * time.Second,
 			PublishTimeout:       30 * time.Second,
