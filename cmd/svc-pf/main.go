@@ -102,17 +102,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "orgmanager":
 		cfg := app.DefaultOrgManagerConfig()
 		if err = config.Load(configPath, explicit, &cfg); err == nil {
-			err = app.RunOrgManager(ctx, cfg, v, app.NewLogger(cfg.Log, *debugLog))
+			err = app.RunOrgManager(ctx, cfg, v, app.NewLogger(stderr, cfg.Log, *debugLog))
 		}
 	case "ipmapper":
 		cfg := app.DefaultIPMapperConfig()
 		if err = config.Load(configPath, explicit, &cfg); err == nil {
-			err = app.RunIPMapper(ctx, cfg, v, app.NewLogger(cfg.Log, *debugLog))
+			err = app.RunIPMapper(ctx, cfg, v, app.NewLogger(stderr, cfg.Log, *debugLog))
 		}
 	case "all":
 		cfg := app.DefaultAllConfig()
 		if err = config.Load(configPath, explicit, &cfg); err == nil {
-			err = app.RunAll(ctx, cfg, v, app.NewLogger(cfg.Log, *debugLog))
+			err = app.RunAll(ctx, cfg, v, app.NewLogger(stderr, cfg.Log, *debugLog))
 		}
 	}
 	if err != nil {

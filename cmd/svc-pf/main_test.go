@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -51,16 +52,13 @@ func TestOrgManagerRunsAndStops(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	var out bytes.Buffer
+	var out syncBuffer
 	done := make(chan int, 1)
 	go func() { done <- run(ctx, []string{"orgmanager", "-c", cfg}, io.Discard, &out) }()
 	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "o.db")); err == nil {
-			break
-		}
+	for !strings.Contains(out.String(), "orgmanager listening") {
 		if time.Now().After(deadline) {
-			t.Fatal("database never created")
+			t.Fatalf("never listening: %s", out.String())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -68,4 +66,25 @@ func TestOrgManagerRunsAndStops(t *testing.T) {
 	if code := <-done; code != 0 {
 		t.Fatalf("exit %d: %s", code, out.String())
 	}
+	if _, err := os.Stat(filepath.Join(dir, "o.db")); err != nil {
+		t.Fatalf("database not created: %v", err)
+	}
+}
+
+// syncBuffer is a bytes.Buffer the command's logger and the test share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -44,7 +44,7 @@ func BenchmarkWriteToIndex(b *testing.B) {
 		start := time.Now()
 		post(b, p.base+"/org/acme/overrides", fmt.Sprintf(`{"cidr":"%s/32","username":"%s"}`, ip, user))
 		for {
-			if s, ok := p.index.LookupIP(ip); ok && s.Username == user {
+			if s, ok := p.index.LookupIP(ip); ok && s.Username() == user {
 				break
 			}
 			if time.Since(start) > 10*time.Second {
@@ -87,7 +87,7 @@ func BenchmarkBatchToIndex(b *testing.B) {
 		post(b, p.base+"/org/acme/overrides/batch", body.String())
 		for j := 0; j < 10_000; {
 			ip := netip.AddrFrom4([4]byte{10, byte(i % 256), byte(j >> 8), byte(j)})
-			if s, ok := p.index.LookupIP(ip); ok && s.Username == fmt.Sprintf("b%d-%d", i, j) {
+			if s, ok := p.index.LookupIP(ip); ok && s.Username() == fmt.Sprintf("b%d-%d", i, j) {
 				j++
 				continue
 			}

@@ -8,8 +8,8 @@ package app
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
-	"os"
 	"strings"
 	"time"
 
@@ -209,9 +209,9 @@ func parseLevel(s string) (slog.Level, error) {
 	return lv, nil
 }
 
-// NewLogger returns the stderr logger for a log section; debug forces the
-// debug level (the --debug flag).
-func NewLogger(l LogConfig, debug bool) *slog.Logger {
+// NewLogger returns the logger for a log section, writing text lines to w
+// (stderr); debug forces the debug level (the --debug flag).
+func NewLogger(w io.Writer, l LogConfig, debug bool) *slog.Logger {
 	lv, err := parseLevel(l.Level)
 	if err != nil || debug {
 		lv = slog.LevelDebug
@@ -219,7 +219,7 @@ func NewLogger(l LogConfig, debug bool) *slog.Logger {
 	if err != nil && !debug {
 		lv = slog.LevelInfo
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: lv}))
 }
 
 // redactURL hides a password in a database or NATS URL for logs.

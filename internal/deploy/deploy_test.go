@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"sync"
@@ -156,9 +157,10 @@ func TestFirstDeployRepublishesInFull(t *testing.T) {
 	if first.Revision < 1 || first.CleanBelowRevision != first.Revision {
 		t.Fatalf("first deploy %+v", first)
 	}
-	// Later deploys are incremental, under the same revision.
+	// Later deploys are incremental, under the same revision: only the new
+	// override's session (the prefix's own session keeps its allocation).
 	last := f.pub.last()
-	if len(last.Set) != 2 || last.Set[0].Revision != first.Revision || last.CleanBelowRevision != 0 {
+	if len(last.Set) != 1 || last.Set[0].Revision != first.Revision || last.CleanBelowRevision != 0 {
 		t.Fatalf("set %+v", last)
 	}
 	for _, s := range last.Set {
@@ -175,12 +177,13 @@ func TestIncrementalDiffs(t *testing.T) {
 	f.settle("acme")
 	first := f.pub.last()
 
-	// A nested override: the new session, and its parent with fewer
-	// allocations; nothing cleaned, same revision.
+	// A nested override: only the new session — its parent keeps its
+	// allocation, longest-prefix match does the rest; nothing cleaned, same
+	// revision.
 	f.put("acme", "10.0.0.128/25", "b", "")
 	f.settle("acme")
 	d := f.pub.last()
-	if got, want := ids(d.Set), []string{id("acme", "10.0.0.0/24", "a"), id("acme", "10.0.0.128/25", "b")}; !sameSet(got, want) {
+	if got, want := ids(d.Set), []string{id("acme", "10.0.0.128/25", "b")}; !sameSet(got, want) {
 		t.Fatalf("set %v, want %v", got, want)
 	}
 	if len(d.CleanIDs) != 0 || d.CleanBelowRevision != 0 || d.Revision != first.Revision {
@@ -364,11 +367,90 @@ func TestComputeSessions(t *testing.T) {
 			{CIDR: p("10.0.0.0/8"), Username: "a", TraceID: "t"},
 			{CIDR: p("10.1.0.0/16"), Location: "l"},
 		}})
+	// The /9 prefixes are wholly overridden: no session of their own.
 	if len(snap.Ranges) != 3 || len(snap.Sessions) != 2 {
 		t.Fatalf("ranges %v sessions %v", snap.Ranges, snap.Sessions)
 	}
 	a := snap.Sessions[session.NewID("acme", p("10.0.0.0/8"), "a", "", "")]
-	if a.TraceID != "t" || fmt.Sprint(a.Allocations) != "[10.0.0.0/16 10.2.0.0/15 10.4.0.0/14 10.8.0.0/13 10.16.0.0/12 10.32.0.0/11 10.64.0.0/10 10.128.0.0/9]" {
+	if a.TraceID != "t" || fmt.Sprint(a.Allocations) != "[10.0.0.0/8]" {
 		t.Fatalf("session a %+v", a)
+	}
+	l := snap.Sessions[session.NewID("acme", p("10.1.0.0/16"), "", "", "l")]
+	if fmt.Sprint(l.Allocations) != "[10.1.0.0/16]" || l.Location != "l" {
+		t.Fatalf("session l %+v", l)
+	}
+}
+
+// TestSessionsResolveLikeRanges: for random nested prefixes and overrides in
+// both families, resolving every address by longest-prefix match over the
+// published sessions gives the effective range's source and attributes.
+func TestSessionsResolveLikeRanges(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	sub := func(base netip.Prefix, extra int) netip.Prefix {
+		a := base.Addr().As16()
+		off := 0
+		if base.Addr().Is4() {
+			off = 96
+		}
+		for i := base.Bits(); i < base.Addr().BitLen(); i++ {
+			if rng.IntN(2) == 1 {
+				a[(off+i)/8] |= 0x80 >> ((off + i) % 8)
+			}
+		}
+		addr := netip.AddrFrom16(a)
+		if base.Addr().Is4() {
+			addr = addr.Unmap()
+		}
+		p, _ := addr.Prefix(base.Bits() + rng.IntN(extra+1))
+		return p
+	}
+	for iter := range 300 {
+		v := orgstore.View{Version: 1}
+		seen := map[netip.Prefix]bool{}
+		for _, base := range []netip.Prefix{netip.MustParsePrefix("10.1.0.0/22"), netip.MustParsePrefix("2001:db8::/118")} {
+			for range rng.IntN(4) {
+				v.Prefixes = append(v.Prefixes, sub(base, 10))
+			}
+			wide, _ := base.Addr().Prefix(base.Bits() - 1)
+			for range rng.IntN(12) {
+				p := sub(wide, 11)
+				if !seen[p] {
+					seen[p] = true
+					v.Overrides = append(v.Overrides, orgstore.Override{CIDR: p, Username: fmt.Sprint("u", rng.IntN(3))})
+				}
+			}
+		}
+		snap := Compute("acme", v)
+		k := 0
+		for _, universe := range []netip.Prefix{netip.MustParsePrefix("10.1.0.0/21"), netip.MustParsePrefix("2001:db8::/117")} {
+			for a := universe.Addr(); universe.Contains(a); a = a.Next() {
+				// Longest-prefix match over the sessions, as the IP Mapper does.
+				var best *session.Session
+				bestBits := -1
+				for _, s := range snap.Sessions {
+					for _, p := range s.Allocations {
+						if p.Contains(a) && p.Bits() > bestBits {
+							s := s
+							best, bestBits = &s, p.Bits()
+						}
+					}
+				}
+				for k < len(snap.Ranges) && snap.Ranges[k].To.Less(a) {
+					k++
+				}
+				inRange := k < len(snap.Ranges) && !a.Less(snap.Ranges[k].From)
+				if inRange != (best != nil) {
+					t.Fatalf("iteration %d, %s: in a range %v, resolves to a session %v\n%+v", iter, a, inRange, best != nil, v)
+				}
+				if !inRange {
+					continue
+				}
+				r := snap.Ranges[k]
+				want := session.NewID("acme", r.Orig, r.Attrs.Username, r.Attrs.DeviceID, r.Attrs.Location)
+				if best.ID != want {
+					t.Fatalf("iteration %d, %s: session %v %+v, range %v %+v\n%+v", iter, a, best.Allocations, best, r.Orig, r.Attrs, v)
+				}
+			}
+		}
 	}
 }

@@ -26,26 +26,38 @@ type Snapshot struct {
 
 // Compute derives the effective ranges and sessions of an organisation from
 // one consistent read of the store.
+//
+// A session's allocations are the CIDRs it comes from, not the flattened
+// ranges: every consumer of sessions (the IP Mapper, each node's subscriber
+// index) resolves an address by longest-prefix match, which gives the same
+// answer as the ranges for every address, as long as a bare prefix that an
+// active override covers is not published (an override wins over a prefix
+// whatever their lengths). Flattened allocations would explode for an
+// organisation with many overrides — every gap between them splits the
+// remainder of its prefix into up to 2×32 (IPv4) or 2×128 (IPv6) CIDRs, all
+// in one session — and every new override would rewrite its parent.
 func Compute(org string, v orgstore.View) *Snapshot {
-	traceIDs := make(map[netip.Prefix]string)
+	cov := ranges.NewCoverage(v.Prefixes)
+	sessions := make(map[string]session.Session, len(v.Overrides)+len(v.Prefixes))
+	var covered netipx.IPSetBuilder
 	for _, o := range v.Overrides {
-		if o.TraceID != "" {
-			traceIDs[o.CIDR] = o.TraceID
+		if !cov.Covers(o.CIDR) {
+			continue // outside-prefixes: held back
 		}
+		covered.AddPrefix(o.CIDR)
+		id := session.NewID(org, o.CIDR, o.Username, o.DeviceID, o.Location)
+		sessions[id] = session.Session{ID: id, Org: org, Allocations: []netip.Prefix{o.CIDR},
+			Username: o.Username, DeviceID: o.DeviceID, Location: o.Location, TraceID: o.TraceID}
 	}
-	rs := EffectiveRanges(v)
-	sessions := make(map[string]session.Session, len(rs))
-	for _, r := range rs {
-		id := session.NewID(org, r.Orig, r.Attrs.Username, r.Attrs.DeviceID, r.Attrs.Location)
-		s, ok := sessions[id]
-		if !ok {
-			s = session.Session{ID: id, Org: org, Username: r.Attrs.Username, DeviceID: r.Attrs.DeviceID,
-				Location: r.Attrs.Location, TraceID: traceIDs[r.Orig]}
+	overridden, _ := covered.IPSet()
+	for _, p := range v.Prefixes {
+		if overridden.ContainsPrefix(p) {
+			continue // every address resolves to an override
 		}
-		s.Allocations = netipx.IPRangeFrom(r.From, r.To).AppendPrefixes(s.Allocations)
-		sessions[id] = s
+		id := session.NewID(org, p, "", "", "")
+		sessions[id] = session.Session{ID: id, Org: org, Allocations: []netip.Prefix{p}}
 	}
-	return &Snapshot{Version: v.Version, Prefixes: v.Prefixes, Ranges: rs, Sessions: sessions}
+	return &Snapshot{Version: v.Version, Prefixes: v.Prefixes, Ranges: EffectiveRanges(v), Sessions: sessions}
 }
 
 // EffectiveRanges flattens one read of the store into effective ranges.

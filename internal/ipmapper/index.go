@@ -1,33 +1,24 @@
 package ipmapper
 
 import (
-	"net/netip"
+	"time"
 
 	"github.com/svc-pf/svc-pf/internal/session"
 	"github.com/svc-pf/svc-pf/internal/sessionindex"
 )
 
-// The reads the IP Mapper makes on an index snapshot, each returning nil or
-// an empty list when nothing matches.
-
+// indexGet returns a copy of the stored session with id, or nil: merges
+// build the new session from it.
 func indexGet(ix *sessionindex.Index, id string) *session.Session {
-	s, _ := ix.Get(id)
-	return s
+	e, ok := ix.Get(id)
+	if !ok {
+		return nil
+	}
+	return e.Session()
 }
 
-func indexLookupIP(ix *sessionindex.Index, ip netip.Addr) *session.Session {
-	s, _ := ix.LookupIP(ip)
-	return s
-}
-
-func indexByOrg(ix *sessionindex.Index, org string) []*session.Session {
-	return ix.ByOrg(org)
-}
-
-func indexByUsername(ix *sessionindex.Index, username string) []*session.Session {
-	return ix.ByUsername(username)
-}
-
-func indexByDeviceID(ix *sessionindex.Index, deviceID string) []*session.Session {
-	return ix.ByDeviceID(deviceID)
+// entryExpired is expired for a session still in the index.
+func entryExpired(e sessionindex.Entry, now time.Time) bool {
+	t, ok := e.ExpiresAt()
+	return ok && !t.After(now)
 }

@@ -462,30 +462,30 @@ func (s *Service) getSessions(_ context.Context, data []byte) ([]byte, string, e
 	}
 	ix := s.idx.Load()
 	now := s.now()
-	var found []*session.Session
+	var found []sessionindex.Entry
 	switch q.kind {
 	case "id":
-		if sess := indexGet(ix, q.value); sess != nil {
-			found = append(found, sess)
+		if e, ok := ix.Get(q.value); ok {
+			found = append(found, e)
 		}
 	case "ip":
-		if sess := indexLookupIP(ix, q.ip); sess != nil {
-			found = append(found, sess)
+		if e, ok := ix.LookupIP(q.ip); ok {
+			found = append(found, e)
 		}
 	case "org":
-		found = indexByOrg(ix, q.value)
+		found = ix.ByOrg(q.value)
 	case "username":
-		found = indexByUsername(ix, q.value)
+		found = ix.ByUsername(q.value)
 	case "deviceid":
-		found = indexByDeviceID(ix, q.value)
+		found = ix.ByDeviceID(q.value)
 	}
-	live := make([]*session.Session, 0, len(found))
-	for _, sess := range found {
-		if !expired(sess, now) && sess.ID > q.after {
-			live = append(live, sess)
+	live := found[:0]
+	for _, e := range found {
+		if !entryExpired(e, now) && e.ID() > q.after {
+			live = append(live, e)
 		}
 	}
-	slices.SortFunc(live, func(a, b *session.Session) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(live, func(a, b sessionindex.Entry) int { return strings.Compare(a.ID(), b.ID()) })
 
 	// Encoded by hand so the page can stop where the next session would
 	// push the reply over the connection's maximum payload.
@@ -493,13 +493,13 @@ func (s *Service) getSessions(_ context.Context, data []byte) ([]byte, string, e
 	var buf strings.Builder
 	buf.WriteString(`{"sessions":[`)
 	next := ""
-	for i, sess := range live {
-		b, err := json.Marshal(sess)
+	for i, e := range live {
+		b, err := json.Marshal(e.Session())
 		if err != nil {
 			return nil, "", fmt.Errorf("encode session: %w", err)
 		}
 		if i > 0 && buf.Len()+len(b)+1 > budget {
-			next = live[i-1].ID
+			next = live[i-1].ID()
 			break
 		}
 		if i > 0 {
@@ -529,9 +529,9 @@ func (s *Service) cleanSessions(ctx context.Context, data []byte) ([]byte, strin
 	var ids []string
 	switch mode {
 	case cleanByOrg, cleanByRevision:
-		for _, sess := range indexByOrg(ix, req.Org) {
-			if mode == cleanByOrg || sess.Revision < req.RevisionBelow {
-				ids = append(ids, sess.ID)
+		for _, e := range ix.ByOrg(req.Org) {
+			if mode == cleanByOrg || e.Revision() < req.RevisionBelow {
+				ids = append(ids, e.ID())
 			}
 		}
 	case cleanBySubnets:
@@ -539,19 +539,19 @@ func (s *Service) cleanSessions(ctx context.Context, data []byte) ([]byte, strin
 		for _, p := range req.Subnets {
 			subnets.Insert(p, struct{}{})
 		}
-		for _, sess := range indexByOrg(ix, req.Org) {
-			if slices.ContainsFunc(sess.Allocations, subnets.OverlapsPrefix) {
-				ids = append(ids, sess.ID)
+		for _, e := range ix.ByOrg(req.Org) {
+			if slices.ContainsFunc(e.Allocations(), subnets.OverlapsPrefix) {
+				ids = append(ids, e.ID())
 			}
 		}
 	case cleanByIDs:
 		seen := make(map[string]bool, len(req.IDs))
 		for _, id := range req.IDs {
-			sess := indexGet(ix, id)
-			if sess == nil || seen[id] {
+			e, ok := ix.Get(id)
+			if !ok || seen[id] {
 				continue
 			}
-			if req.Org != "" && sess.Org != req.Org {
+			if req.Org != "" && e.Org() != req.Org {
 				// Refused as a whole: a mismatch means the caller's view is
 				// wrong, and removing the rest would act on that wrong view.
 				return nil, "", invalidf("%v: session %s is not in org %q", ErrOtherOrg, id, req.Org)
@@ -631,7 +631,7 @@ func (s *Service) reconcile(ids []string) {
 		if err := json.Unmarshal(e.Value(), &stored); err != nil || stored.ID != id {
 			continue
 		}
-		if cur, ok := ix.Get(id); !ok || !sameContent(cur, &stored) || !cur.UpdatedAt.Equal(stored.UpdatedAt) {
+		if cur, ok := ix.Get(id); !ok || !sameContent(cur.Session(), &stored) || !cur.UpdatedAt().Equal(stored.UpdatedAt) {
 			upserts = append(upserts, &stored)
 		}
 	}

@@ -49,7 +49,7 @@ func BenchmarkPutToVisible(b *testing.B) {
 					b.Fatal(err)
 				}
 				for {
-					if got, ok := r.x.Get(s.ID); ok && got.Revision == rev {
+					if got, ok := r.x.Get(s.ID); ok && got.Revision() == rev {
 						break
 					}
 					runtime.Gosched()

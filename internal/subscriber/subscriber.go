@@ -28,7 +28,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unique"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -145,17 +144,17 @@ func New(cfg Config) (*Index, error) {
 func (x *Index) Snapshot() *sessionindex.Index { return x.snap.Load() }
 
 // LookupIP returns the session whose allocation is the longest prefix
-// containing a, in the current snapshot.
-func (x *Index) LookupIP(a netip.Addr) (*session.Session, bool) { return x.Snapshot().LookupIP(a) }
+// containing a, in the current snapshot. It does not allocate.
+func (x *Index) LookupIP(a netip.Addr) (sessionindex.Entry, bool) { return x.Snapshot().LookupIP(a) }
 
 // ByUsername returns the sessions with this username in the current snapshot.
-func (x *Index) ByUsername(u string) []*session.Session { return x.Snapshot().ByUsername(u) }
+func (x *Index) ByUsername(u string) []sessionindex.Entry { return x.Snapshot().ByUsername(u) }
 
 // ByDeviceID returns the sessions with this device id in the current snapshot.
-func (x *Index) ByDeviceID(d string) []*session.Session { return x.Snapshot().ByDeviceID(d) }
+func (x *Index) ByDeviceID(d string) []sessionindex.Entry { return x.Snapshot().ByDeviceID(d) }
 
 // Get returns the session with this id in the current snapshot.
-func (x *Index) Get(id string) (*session.Session, bool) { return x.Snapshot().Get(id) }
+func (x *Index) Get(id string) (sessionindex.Entry, bool) { return x.Snapshot().Get(id) }
 
 // Ready reports whether the initial snapshot of the bucket is loaded.
 func (x *Index) Ready() bool {
@@ -559,9 +558,9 @@ func (x *Index) reconcile(ctx context.Context, kv jetstream.KeyValue) error {
 	}
 	cur := x.snap.Load()
 	var gone []string
-	for s := range cur.All {
-		if _, ok := live[s.ID]; !ok {
-			gone = append(gone, s.ID)
+	for e := range cur.All {
+		if _, ok := live[e.ID()]; !ok {
+			gone = append(gone, e.ID())
 		}
 	}
 	if len(gone) > 0 {
@@ -687,8 +686,8 @@ func decodeParallel(ctx context.Context, updates <-chan jetstream.KeyValueEntry,
 
 // DecodeSession parses the value stored under key in the sessions bucket.
 // The session must be valid (session.Validate) and carry key as its ID,
-// since deletes address it by key. Org and location names are interned: a
-// million sessions share a few thousand of them.
+// since deletes address it by key. The index keeps a compact copy (with
+// org and location interned), so the session is garbage once applied.
 func DecodeSession(key string, value []byte) (*session.Session, error) {
 	var s session.Session
 	if err := json.Unmarshal(value, &s); err != nil {
@@ -699,10 +698,6 @@ func DecodeSession(key string, value []byte) (*session.Session, error) {
 	}
 	if err := s.Validate(); err != nil {
 		return nil, err
-	}
-	s.Org = unique.Make(s.Org).Value()
-	if s.Location != "" {
-		s.Location = unique.Make(s.Location).Value()
 	}
 	return &s, nil
 }

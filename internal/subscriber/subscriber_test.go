@@ -226,18 +226,20 @@ func bucketSessions(t testing.TB, kv jetstream.KeyValue) map[string]string {
 	return out
 }
 
+// describe is the session's JSON: the index must give back every field
+// exactly as the bucket holds it.
 func describe(s *session.Session) string {
-	var ps []string
-	for _, p := range s.Allocations {
-		ps = append(ps, p.String())
+	b, err := json.Marshal(s)
+	if err != nil {
+		return err.Error()
 	}
-	return fmt.Sprintf("%s/%s/%s/%s", s.Org, s.Username, s.DeviceID, strings.Join(ps, ","))
+	return string(b)
 }
 
 func indexSessions(x *Index) map[string]string {
 	out := map[string]string{}
-	for s := range x.Snapshot().All {
-		out[s.ID] = describe(s)
+	for e := range x.Snapshot().All {
+		out[e.ID()] = describe(e.Session())
 	}
 	return out
 }
@@ -261,11 +263,11 @@ func converged(t testing.TB, x *Index, kv jetstream.KeyValue) {
 }
 
 func lookup(x *Index, addr string) string {
-	s, ok := x.LookupIP(netip.MustParseAddr(addr))
+	e, ok := x.LookupIP(netip.MustParseAddr(addr))
 	if !ok {
 		return ""
 	}
-	return s.ID
+	return e.ID()
 }
 
 func TestInitialSnapshotAndLiveUpdates(t *testing.T) {
@@ -293,10 +295,10 @@ func TestInitialSnapshotAndLiveUpdates(t *testing.T) {
 			t.Errorf("LookupIP(%s) = %q, want %q", addr, got, want)
 		}
 	}
-	if got := x.ByUsername("alice"); len(got) != 1 || got[0].ID != alice.ID {
+	if got := x.ByUsername("alice"); len(got) != 1 || got[0].ID() != alice.ID {
 		t.Errorf("ByUsername(alice) = %v", got)
 	}
-	if s, ok := x.Get(bob.ID); !ok || s.Username != "bob" {
+	if s, ok := x.Get(bob.ID); !ok || s.Username() != "bob" {
 		t.Errorf("Get(bob) = %v, %v", s, ok)
 	}
 
@@ -316,8 +318,8 @@ func TestInitialSnapshotAndLiveUpdates(t *testing.T) {
 	eventually(t, "moved allocation", func() (bool, string) {
 		return lookup(x, "10.5.0.1") == alice.ID && lookup(x, "10.0.0.7") == "", lookup(x, "10.0.0.7")
 	})
-	if s, _ := x.Get(alice.ID); s.Revision != 2 {
-		t.Errorf("Get after update: revision %d", s.Revision)
+	if s, _ := x.Get(alice.ID); s.Revision() != 2 {
+		t.Errorf("Get after update: revision %d", s.Revision())
 	}
 
 	// Delete and purge.

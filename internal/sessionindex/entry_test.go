@@ -1,0 +1,255 @@
+package sessionindex
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"net/netip"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/svc-pf/svc-pf/internal/session"
+)
+
+func roundTripCases() []*session.Session {
+	utc := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
+	exp := utc.Add(time.Hour)
+	ptr := func(t time.Time) *time.Time { return &t }
+	pfx := netip.MustParsePrefix
+	full := &session.Session{
+		ID: "0123456789abcdef0123456789abcdef", Org: "acme", Revision: 42,
+		Allocations: []netip.Prefix{pfx("10.0.0.0/24"), pfx("2001:db8::/64")},
+		Username:    "alice", DeviceID: "mac:aa", Location: "hq", TraceID: "trace-1", OpaqueID: "ref-9",
+		UpdatedAt: utc, ExpiresAt: &exp,
+	}
+	many := make([]netip.Prefix, 40) // 20 distinct, each twice
+	for i := range many {
+		many[i] = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 9, byte(i % 20), 0}), 24)
+	}
+	long := strings.Repeat("x", 70_000)
+	return []*session.Session{
+		full,
+		{ID: "bare", Org: "o"}, // nil allocations, zero time, no expiry
+		{ID: "empty-allocs", Org: "o", Allocations: []netip.Prefix{}},
+		{ID: "", Org: "", Revision: -1},
+		{ID: "odd-prefixes", Org: "o", Allocations: []netip.Prefix{
+			{}, // the zero prefix
+			netip.PrefixFrom(netip.MustParseAddr("10.0.0.1"), 99),      // invalid length
+			netip.PrefixFrom(netip.MustParseAddr("2001:db8::1"), -1),   // invalid length
+			pfx("::ffff:192.0.2.0/120"),                                // IPv4-mapped, kept as given
+			netip.PrefixFrom(netip.MustParseAddr("198.51.100.77"), 24), // host bits
+			pfx("0.0.0.0/0"), pfx("::/0"), pfx("2001:db8::1/128"), pfx("192.0.2.1/32"),
+		}},
+		{ID: "odd-first", Org: "o", Allocations: []netip.Prefix{netip.PrefixFrom(netip.MustParseAddr("::ffff:1.2.3.4"), 128)}},
+		{ID: "invalid-first", Org: "o", Allocations: []netip.Prefix{netip.PrefixFrom(netip.MustParseAddr("10.0.0.1"), 40)}},
+		{ID: "many", Org: "o", Allocations: many},
+		{ID: "zoned-time", Org: "o", UpdatedAt: utc.In(time.FixedZone("CEST", 7200)), ExpiresAt: ptr(utc.In(time.FixedZone("", -3600)))},
+		{ID: "local-time", Org: "o", UpdatedAt: utc.Local(), ExpiresAt: ptr(time.Time{})},
+		{ID: "monotonic", Org: "o", UpdatedAt: time.Now(), ExpiresAt: ptr(time.Now().Add(time.Minute))},
+		{ID: "far", Org: "o", UpdatedAt: time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC), ExpiresAt: ptr(time.Date(1, 1, 1, 0, 0, 0, 1, time.UTC))},
+		{ID: "epoch", Org: "o", UpdatedAt: time.Unix(0, 0).UTC(), ExpiresAt: ptr(time.Unix(0, -1).UTC())},
+		{ID: "long", Org: "o", Username: long, DeviceID: "d", TraceID: "t", OpaqueID: long[:100]},
+		{ID: "0123456789abcdef0123456789abcdec", Org: "o", Username: "alice@customers.example-isp.net", DeviceID: "aa:bb:cc:dd:ee:ff"}, // not inline
+		{ID: "0123456789abcdef0123456789abcdee", Org: "o", Username: "carol@customers.example-isp.net", DeviceID: "aa:bb:cc:dd:ee:ff", TraceID: "t", OpaqueID: "o"},
+		{ID: "0123456789abcdef0123456789abcded", Org: "o", Username: "bob", DeviceID: strings.Repeat("d", 29)}, // exactly inline
+		{ID: "x", Org: "o", TraceID: long[:0xffff]},                // rest at its limit
+		{ID: "y", Org: "o", TraceID: long[:0xffff], OpaqueID: "o"}, // over it
+		{ID: "unicode-ünï", Org: "örg", Username: "ü", DeviceID: "\x00\xff", Location: "📍", TraceID: "\u200b", OpaqueID: "\t"},
+	}
+}
+
+// TestRoundTrip checks that every field comes back exactly as stored, through
+// Apply and through a Builder, by Get and by every other lookup, and that
+// the index keeps no reference to the sessions it was given.
+func TestRoundTrip(t *testing.T) {
+	in := roundTripCases()
+	b := NewBuilder(len(in))
+	for _, s := range in {
+		b.Put(s)
+	}
+	for name, ix := range map[string]*Index{"apply": Empty().Apply(in, nil), "builder": b.Index()} {
+		if ix.Len() != len(in) {
+			t.Fatalf("%s: Len = %d", name, ix.Len())
+		}
+		for _, want := range in {
+			e, ok := ix.Get(want.ID)
+			if !ok {
+				t.Fatalf("%s: Get(%q) missed", name, want.ID)
+			}
+			got := e.Session()
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("%s: round trip changed the session:\n got %#v\nwant %#v", name, got, want)
+			}
+			gj, _ := json.Marshal(got)
+			wj, _ := json.Marshal(want)
+			if string(gj) != string(wj) {
+				t.Errorf("%s: JSON differs:\n got %s\nwant %s", name, gj, wj)
+			}
+			for _, p := range want.Allocations {
+				k, ok := normKey(p)
+				if !ok {
+					continue
+				}
+				if _, ok := ix.LookupIP(k.prefix().Addr()); !ok {
+					t.Errorf("%s: LookupIP(%s) of %q missed", name, p, want.ID)
+				}
+			}
+			if want.Username != "" && len(ix.ByUsername(want.Username)) != 1 {
+				t.Errorf("%s: ByUsername(%q) = %d sessions", name, want.Username[:min(len(want.Username), 10)], len(ix.ByUsername(want.Username)))
+			}
+		}
+		var ids []string
+		for _, s := range in {
+			ids = append(ids, s.ID)
+		}
+		if empty := ix.Apply(nil, ids); empty.Len() != 0 || routeCount(empty) != 0 {
+			t.Errorf("%s: after deleting all: %d sessions, %d routes", name, empty.Len(), routeCount(empty))
+		}
+	}
+
+	// Changing a session after handing it over changes nothing stored.
+	sess, want := roundTripCases()[0], roundTripCases()[0]
+	ix := Empty().Apply([]*session.Session{sess}, nil)
+	sess.Username, sess.Allocations[0], *sess.ExpiresAt = "mallory", netip.MustParsePrefix("1.1.1.1/32"), time.Time{}
+	if e, _ := ix.Get(want.ID); !reflect.DeepEqual(e.Session(), want) {
+		t.Errorf("stored session follows changes to the input: %+v", e.Session())
+	}
+}
+
+// TestEntrySize pins the layout the figures in docs/subscriber-index.md
+// rest on: a chunk of 64 entries fills one allocation size class.
+func TestEntrySize(t *testing.T) {
+	if got := unsafe.Sizeof(entry{}); got != 152 {
+		t.Fatalf("entry is %d bytes, want 152", got)
+	}
+}
+
+func TestZeroEntry(t *testing.T) {
+	var e Entry
+	if e.ID() != "" || e.Org() != "" || e.Username() != "" || e.DeviceID() != "" || e.Location() != "" ||
+		e.TraceID() != "" || e.OpaqueID() != "" || e.Revision() != 0 || !e.UpdatedAt().IsZero() ||
+		e.Allocations() != nil || e.Session() != nil {
+		t.Fatal("zero Entry is not empty")
+	}
+	if _, ok := e.ExpiresAt(); ok {
+		t.Fatal("zero Entry expires")
+	}
+}
+
+// TestLookupDoesNotAllocate pins the resolver's hot path: LookupIP and the
+// accessors it reads.
+func TestLookupDoesNotAllocate(t *testing.T) {
+	ix := Empty().Apply(roundTripCases(), nil)
+	v4, v6 := netip.MustParseAddr("10.0.0.7"), netip.MustParseAddr("2001:db8::7")
+	n := testing.AllocsPerRun(100, func() {
+		for _, a := range []netip.Addr{v4, v6} {
+			e, ok := ix.LookupIP(a)
+			if !ok || e.ID() == "" || e.Org() == "" || e.Username() == "" || e.DeviceID() == "" || e.Location() == "" {
+				panic("lookup")
+			}
+		}
+	})
+	if n != 0 {
+		t.Fatalf("LookupIP and accessors: %v allocations", n)
+	}
+}
+
+// FuzzEntryRoundTrip stores arbitrary sessions and checks they come back
+// unchanged and are found by id and by each valid allocation.
+func FuzzEntryRoundTrip(f *testing.F) {
+	f.Add("id", "org", "user", "dev", "loc", "trace", "opaque", int64(7), int64(1_700_000_000_000_000_000), int64(-5), true, []byte{4, 33, 10, 0, 0, 1})
+	f.Add("", "", "", "", "", "", "", int64(0), int64(0), int64(0), false, []byte{})
+	f.Add("x", "o", "", "", "", "", "", int64(-1), int64(1), int64(1), true, []byte{6, 129, 0x20, 1, 13, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, id, org, user, dev, loc, trace, opaque string, rev, upd, exp int64, hasExp bool, raw []byte) {
+		s := &session.Session{ID: id, Org: org, Revision: rev, Username: user, DeviceID: dev, Location: loc,
+			TraceID: trace, OpaqueID: opaque, UpdatedAt: time.Unix(0, upd).UTC()}
+		if hasExp {
+			e := time.Unix(0, exp).In(time.FixedZone("", int(exp%50000)))
+			s.ExpiresAt = &e
+		}
+		// raw: records of kind (4, 6 or other = zero prefix), bits, address bytes.
+		for len(raw) >= 2 {
+			kind, bits := raw[0], int(int8(raw[1]))
+			raw = raw[2:]
+			var p netip.Prefix
+			switch kind {
+			case 4:
+				var a [4]byte
+				raw = raw[copy(a[:], raw):]
+				p = netip.PrefixFrom(netip.AddrFrom4(a), bits)
+			case 6:
+				var a [16]byte
+				raw = raw[copy(a[:], raw):]
+				p = netip.PrefixFrom(netip.AddrFrom16(a), bits)
+			}
+			s.Allocations = append(s.Allocations, p)
+		}
+		for _, ix := range []*Index{Empty().Apply([]*session.Session{s}, nil), buildOne(s)} {
+			e, ok := ix.Get(id)
+			if !ok || !reflect.DeepEqual(e.Session(), s) {
+				t.Fatalf("round trip:\n got %#v\nwant %#v", e.Session(), s)
+			}
+			for _, p := range s.Allocations {
+				k, ok := normKey(p)
+				if !ok {
+					continue
+				}
+				a := k.prefix().Addr()
+				if k.bits() < 32 && !k.v6() || k.bits() < 128 && k.v6() {
+					a = lastOf(k)
+				}
+				if a.Is4In6() {
+					continue // looked up as IPv4, so an IPv6 key cannot match it
+				}
+				if got, ok := ix.LookupIP(a); !ok || got != e {
+					t.Fatalf("LookupIP(%s) for %s missed", a, p)
+				}
+			}
+			if ix2 := ix.Apply(nil, []string{id}); ix2.Len() != 0 || routeCount(ix2) != 0 {
+				t.Fatalf("after delete: %d sessions, %d routes", ix2.Len(), routeCount(ix2))
+			}
+		}
+	})
+}
+
+func buildOne(s *session.Session) *Index {
+	b := NewBuilder(1)
+	b.Put(s)
+	return b.Index()
+}
+
+// lastOf is the last address of k's prefix.
+func lastOf(k pkey) netip.Addr {
+	if !k.v6() {
+		v := uint32(k.lo) | ^uint32(mask4(k.bits()))
+		var b [4]byte
+		binary.BigEndian.PutUint32(b[:], v)
+		return netip.AddrFrom4(b)
+	}
+	mh, ml := mask6(k.bits())
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], k.hi|^mh)
+	binary.BigEndian.PutUint64(b[8:], k.lo|^ml)
+	return netip.AddrFrom16(b)
+}
+
+// routeCount is the number of prefixes in the routing tables.
+func routeCount(ix *Index) int {
+	r := &ix.routes
+	n := 0
+	if r.host4 != nil {
+		n += r.host4.len()
+	}
+	if r.net64 != nil {
+		n += r.net64.len()
+	}
+	if r.host6 != nil {
+		n += r.host6.len()
+	}
+	if r.lpm != nil {
+		n += r.lpm.Size()
+	}
+	return n
+}
