@@ -56,7 +56,9 @@ PY
     "$WRK" -t1 -c32 -d10s --latency "$base/org/acme/overrides?cidr=10.7.42.0/24" | grep -E '50%|90%|99%|Requests/sec|Non-2xx|Socket errors'
   fi
   echo "   hey -n $requests -c 32"
-  "$HEY" -n "$requests" -c 32 "$base/org/acme/overrides?cidr=10.7.42.0/24" | sed -n '/Summary/,/Status code distribution/p;/Error distribution/,$p' | grep -E 'Requests/sec|Average|Fastest|Slowest|50%|90%|99%|\[[0-9]+\]|Error'
+  "$HEY" -n "$requests" -c 32 "$base/org/acme/overrides?cidr=10.7.42.0/24" > "$out/hey.txt"
+  grep -E 'Requests/sec|Average:| 50%| 90%| 99%' "$out/hey.txt"
+  sed -n '/Status code distribution/,$p' "$out/hey.txt"
   kill "$pid"; wait "$pid" 2>/dev/null || true
 }
 
