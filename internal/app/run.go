@@ -162,6 +162,10 @@ func StartAll(ctx context.Context, cfg AllConfig, v Version, log *slog.Logger) (
 	if storeDir == "" {
 		storeDir = filepath.Join(cfg.DataDir, "nats")
 	}
+	if cfg.OrgManager.Database.URL == DefaultOrgManagerConfig().Database.URL {
+		// Not set by the operator: the database lives in the data directory too.
+		cfg.OrgManager.Database.URL = "sqlite:" + filepath.Join(cfg.DataDir, "orgmanager.db")
+	}
 	host, portStr, err := net.SplitHostPort(cfg.NATS.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("nats.listen %q: %w", cfg.NATS.Listen, err)

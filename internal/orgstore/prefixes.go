@@ -173,15 +173,11 @@ func (q queries) insertPrefixes(ctx context.Context, tx *sql.Tx, orgPK int64, ke
 			args = append(args, k, orgPK)
 			b.WriteString("(" + q.param(len(args)-1) + ", " + q.param(len(args)) + ")")
 		}
-		res, err := tx.ExecContext(ctx, b.String(), args...)
-		if err != nil {
-			return total, err
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return total, err
-		}
+		n, err := execAffected(ctx, tx, b.String(), args)
 		total += n
+		if err != nil {
+			return total, err
+		}
 	}
 	return total, nil
 }

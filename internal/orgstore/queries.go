@@ -103,17 +103,22 @@ func (q queries) execKeyChunks(ctx context.Context, tx *sql.Tx, head string, org
 		chunk := keys[:min(len(keys), keysPerStatement)]
 		keys = keys[len(chunk):]
 		stmt, args := q.keyList(head, orgPK, chunk)
-		res, err := tx.ExecContext(ctx, stmt, args...)
-		if err != nil {
-			return total, err
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return total, err
-		}
+		n, err := execAffected(ctx, tx, stmt, args)
 		total += n
+		if err != nil {
+			return total, err
+		}
 	}
 	return total, nil
+}
+
+// execAffected runs one statement and returns the rows it affected.
+func execAffected(ctx context.Context, tx *sql.Tx, stmt string, args []any) (int64, error) {
+	res, err := tx.ExecContext(ctx, stmt, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
 }
 
 // keyList builds `head <org> AND cidr IN (<keys>)` and its arguments.
