@@ -18,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/svc-pf/svc-pf/internal/orgstore"
+	"github.com/svc-pf/svc-pf/internal/ranges"
 	"github.com/svc-pf/svc-pf/internal/session"
 )
 
@@ -90,10 +91,22 @@ type Config struct {
 
 // Status is an organisation's deploy state as GET effective-ranges shows it.
 type Status struct {
-	// Deployed is the last deployed snapshot; nil before the first deploy.
-	Deployed   *Snapshot
+	// Deployed is false before the first deploy; Version and Ranges are
+	// then zero.
+	Deployed bool
+	// Version and Ranges are the last deployed snapshot's (read only).
+	Version    int64
+	Ranges     []ranges.Range
 	Dirty      bool
 	DirtySince time.Time
+}
+
+// deployed is what stays of a deployed snapshot: what GET effective-ranges
+// shows and what the next deploy's prefix diff needs.
+type deployed struct {
+	version  int64
+	prefixes []netip.Prefix
+	ranges   []ranges.Range
 }
 
 // Deployer runs the deploy pipeline.
@@ -112,11 +125,12 @@ type Deployer struct {
 
 // orgState is guarded by Deployer.mu.
 type orgState struct {
-	deployed *Snapshot
-	// held is what the IP Mapper was confirmed to hold for the
+	deployed *deployed
+	// held names the sessions the IP Mapper was confirmed to hold for the
 	// organisation after the last successful deploy; nil until the first
-	// deploy since start, which then republishes in full.
-	held map[string]session.Session
+	// deploy since start, which then republishes in full. Ids suffice: a
+	// session's allocation is its source CIDR, which is part of its id.
+	held map[string]struct{}
 	// unconfirmed names sessions a failed publish may have set anyway: a
 	// later deploy cleans them if they are withdrawn meanwhile.
 	unconfirmed map[string]struct{}
@@ -190,7 +204,11 @@ func (d *Deployer) Status(org string) Status {
 	if !ok {
 		return Status{}
 	}
-	return Status{Deployed: st.deployed, Dirty: !st.dirtySince.IsZero(), DirtySince: st.dirtySince}
+	out := Status{Dirty: !st.dirtySince.IsZero(), DirtySince: st.dirtySince}
+	if st.deployed != nil {
+		out.Deployed, out.Version, out.Ranges = true, st.deployed.version, st.deployed.ranges
+	}
+	return out
 }
 
 func (d *Deployer) stateLocked(org string) *orgState {
@@ -355,7 +373,13 @@ func (d *Deployer) deployOne(ctx context.Context, org string) {
 		delete(d.orgs, org)
 	default:
 		st.failures = 0
-		st.deployed, st.held, st.revision = res.snapshot, res.snapshot.Sessions, res.diff.Revision
+		snap := res.snapshot
+		st.deployed = &deployed{version: snap.Version, prefixes: snap.Prefixes, ranges: snap.Ranges}
+		st.held = make(map[string]struct{}, len(snap.Sessions))
+		for id := range snap.Sessions {
+			st.held[id] = struct{}{}
+		}
+		st.revision = res.diff.Revision
 		st.unconfirmed = nil
 		if st.again || st.redeploy {
 			st.again = false
@@ -393,9 +417,9 @@ type result struct {
 // one deploy of an organisation runs at a time and orgState's maps change
 // only after it ends, so the deploy reads them without the lock.
 type baseline struct {
-	held        map[string]session.Session
+	held        map[string]struct{}
 	unconfirmed map[string]struct{}
-	deployed    *Snapshot
+	deployed    *deployed
 	revision    int64
 }
 
@@ -430,7 +454,7 @@ func (d *Deployer) attempt(ctx context.Context, org string, redeploy bool, base 
 	} else {
 		diff.Set, diff.CleanIDs = diffSessions(base.held, base.unconfirmed, snap.Sessions)
 		if base.deployed != nil {
-			diff.CleanSubnets = releasedSubnets(base.deployed.Prefixes, snap.Prefixes)
+			diff.CleanSubnets = releasedSubnets(base.deployed.prefixes, snap.Prefixes)
 		}
 	}
 	for i := range diff.Set {
@@ -503,7 +527,7 @@ func (d *Deployer) scan(ctx context.Context, redeployAll bool) {
 			st.redeploy = true
 		}
 		// A pending retry keeps its backoff; it will see the same state.
-		if (redeployAll || st.deployed == nil || st.deployed.Version != o.Version) && st.retry == nil {
+		if (redeployAll || st.deployed == nil || st.deployed.version != o.Version) && st.retry == nil {
 			d.enqueueLocked(o.ID, st)
 			queued++
 		}

@@ -122,7 +122,7 @@ func (f *fixture) settle(org string) Status {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		st := f.d.Status(org)
-		if !st.Dirty && st.Deployed != nil {
+		if !st.Dirty && st.Deployed {
 			return st
 		}
 		if time.Now().After(deadline) {
@@ -150,8 +150,8 @@ func TestFirstDeployRepublishesInFull(t *testing.T) {
 	f.settle("acme")
 	f.put("acme", "10.0.0.0/25", "a", `{"trace_id":"tr"}`)
 	st := f.settle("acme")
-	if st.Deployed.Version != 3 {
-		t.Fatalf("deployed version %d", st.Deployed.Version)
+	if st.Version != 3 {
+		t.Fatalf("deployed version %d", st.Version)
 	}
 	first := f.pub.all()[0]
 	if first.Revision < 1 || first.CleanBelowRevision != first.Revision {
@@ -202,8 +202,8 @@ func TestIncrementalDiffs(t *testing.T) {
 	n := len(f.pub.all())
 	f.put("acme", "10.0.0.128/25", "c", `{"trace_id":"new"}`)
 	st := f.settle("acme")
-	if len(f.pub.all()) != n || st.Deployed.Version != 6 {
-		t.Fatalf("trace_id-only change published %d diffs; deployed %d", len(f.pub.all())-n, st.Deployed.Version)
+	if len(f.pub.all()) != n || st.Version != 6 {
+		t.Fatalf("trace_id-only change published %d diffs; deployed %d", len(f.pub.all())-n, st.Version)
 	}
 
 	// Prefix removal: the released space is cleaned, nothing else.
@@ -255,8 +255,8 @@ func TestBurstsCoalesce(t *testing.T) {
 	}
 	close(gate)
 	st := f.settle("acme")
-	if st.Deployed.Version != 52 || len(st.Deployed.Sessions) != 51 {
-		t.Fatalf("deployed v%d with %d sessions", st.Deployed.Version, len(st.Deployed.Sessions))
+	if st.Version != 52 || len(st.Ranges) != 51 {
+		t.Fatalf("deployed v%d with %d ranges", st.Version, len(st.Ranges))
 	}
 	// One deploy was running when the burst began; the burst costs at most
 	// one more (plus one for a write landing during that one).
@@ -311,7 +311,7 @@ func TestDeletedOrgCleansAll(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if st := f.d.Status("acme"); st.Deployed != nil || st.Dirty {
+	if st := f.d.Status("acme"); st.Deployed || st.Dirty {
 		t.Fatalf("deleted org still has state %+v", st)
 	}
 }
@@ -325,10 +325,11 @@ func TestRedeploy(t *testing.T) {
 	f.d.Redeploy("acme")
 	st := f.settle("acme")
 	d := f.pub.last()
-	if d.Revision <= rev || d.CleanBelowRevision != d.Revision || len(d.Set) != len(first.Deployed.Sessions) {
+	// Every session again: the prefix's and the override's.
+	if d.Revision <= rev || d.CleanBelowRevision != d.Revision || len(d.Set) != 2 {
 		t.Fatalf("redeploy %+v (before rev %d)", d, rev)
 	}
-	if st.Deployed.Version != first.Deployed.Version {
+	if st.Version != first.Version {
 		t.Fatal("redeploy changed the version")
 	}
 }
@@ -342,7 +343,7 @@ func TestVersionScanAndFullRedeploy(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		st := f.d.Status("acme")
-		if st.Deployed != nil && st.Deployed.Version == 1 && !st.Dirty {
+		if st.Deployed && st.Version == 1 && !st.Dirty {
 			break
 		}
 		if time.Now().After(deadline) {

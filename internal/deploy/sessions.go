@@ -71,30 +71,25 @@ func EffectiveRanges(v orgstore.View) []ranges.Range {
 
 // diffSessions lists what must change in the IP Mapper to go from what it
 // holds (have, plus the ids in maybe that a failed publish may have set) to
-// want. A session whose only change is its trace_id is not resent: trace_id
-// is observational and never triggers a diff.
-func diffSessions(have map[string]session.Session, maybe map[string]struct{}, want map[string]session.Session) (set []session.Session, clean []string) {
+// want. Sessions are compared by id alone: the id covers the source CIDR
+// (the allocation) and the attributes, and deliberately not trace_id, so a
+// trace_id-only change is not resent.
+func diffSessions(have, maybe map[string]struct{}, want map[string]session.Session) (set []session.Session, clean []string) {
 	for id, s := range want {
-		old, ok := have[id]
-		if !ok || !slices.Equal(old.Allocations, s.Allocations) {
+		if _, ok := have[id]; !ok {
 			set = append(set, s)
 		}
 	}
-	for id := range have {
-		if _, ok := want[id]; !ok {
-			clean = append(clean, id)
-		}
-	}
-	for id := range maybe {
-		_, kept := want[id]
-		_, listed := have[id]
-		if !kept && !listed {
-			clean = append(clean, id)
+	for _, m := range []map[string]struct{}{have, maybe} {
+		for id := range m {
+			if _, ok := want[id]; !ok {
+				clean = append(clean, id)
+			}
 		}
 	}
 	slices.SortFunc(set, func(a, b session.Session) int { return cmp.Compare(a.ID, b.ID) })
 	slices.Sort(clean)
-	return set, clean
+	return set, slices.Compact(clean)
 }
 
 // releasedSubnets is the address space the removed prefixes leave: what was

@@ -471,11 +471,11 @@ func (a *API) effectiveRanges(w http.ResponseWriter, r *http.Request, org string
 		}
 		o.Version = view.Version
 		body.Version, rs = view.Version, deploy.EffectiveRanges(view)
-	} else if st.Deployed != nil {
-		body.Version, rs = st.Deployed.Version, st.Deployed.Ranges
+	} else {
+		body.Version, rs = st.Version, st.Ranges
 	}
 	body.Dirty, body.DirtySince = st.Dirty, timestamp(st.DirtySince)
-	if !st.Dirty && (st.Deployed == nil || st.Deployed.Version < o.Version) {
+	if !st.Dirty && (!st.Deployed || st.Version < o.Version) {
 		// A version the deployer has not been told about yet (written by
 		// another instance, or before a restart): dirty since that write.
 		body.Dirty, body.DirtySince = true, timestamp(o.UpdatedAt)
