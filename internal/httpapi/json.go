@@ -100,15 +100,16 @@ func bodyError(err error) error {
 		if field == "" {
 			field = "body"
 		}
-		return &BodyError{Status: http.StatusBadRequest, Msg: fmt.Sprintf("invalid JSON: %s must be %s, not %s", field, jsonKind(ute.Type.Kind().String()), ute.Value)}
+		return &BodyError{Status: http.StatusBadRequest, Msg: fmt.Sprintf("invalid JSON: %s must be %s, not %s", field, JSONKind(ute.Type.Kind().String()), ute.Value)}
 	case errors.As(err, &se), errors.Is(err, io.ErrUnexpectedEOF):
 		return &BodyError{Status: http.StatusBadRequest, Msg: "invalid JSON: " + err.Error()}
 	}
 	return &BodyError{Status: http.StatusBadRequest, Msg: "invalid JSON: " + err.Error()}
 }
 
-// jsonKind names a Go kind the way a JSON client thinks of it.
-func jsonKind(k string) string {
+// JSONKind names a Go kind the way a JSON client thinks of it, for
+// "field must be a string" messages.
+func JSONKind(k string) string {
 	switch k {
 	case "string":
 		return "a string"

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/svc-pf/svc-pf/internal/cidr"
+	"github.com/svc-pf/svc-pf/internal/httpapi"
 	"github.com/svc-pf/svc-pf/internal/orgstore"
 )
 
@@ -126,21 +127,11 @@ func decodeItem(raw json.RawMessage) (overrideInput, error) {
 	if err := json.Unmarshal(raw, &in); err != nil {
 		var ute *json.UnmarshalTypeError
 		if errors.As(err, &ute) && ute.Field != "" {
-			return in, fmt.Errorf("invalid item: %s must be %s", ute.Field, kindName(ute.Type.Kind().String()))
+			return in, fmt.Errorf("invalid item: %s must be %s", ute.Field, httpapi.JSONKind(ute.Type.Kind().String()))
 		}
 		return in, errors.New("invalid item: not a JSON object")
 	}
 	return in, nil
-}
-
-func kindName(k string) string {
-	switch k {
-	case "string":
-		return "a string"
-	case "bool":
-		return "a boolean"
-	}
-	return "of another type"
 }
 
 // prefixPatch is the body of PATCH /org/{org}/prefixes.

@@ -52,7 +52,7 @@ func ForEach(t *testing.T, fn func(t *testing.T, dialect string)) {
 	for _, d := range []string{SQLite, Postgres} {
 		t.Run(d, func(t *testing.T) {
 			if d == Postgres {
-				skipWithoutPostgres(t)
+				PostgresURL(t)
 			}
 			fn(t, d)
 		})
@@ -93,19 +93,22 @@ func URL(tb testing.TB, dialect string) string {
 	case SQLite:
 		return "sqlite:" + filepath.Join(tb.TempDir(), "orgstore.db")
 	case Postgres:
-		skipWithoutPostgres(tb)
-		return postgresSchemaURL(tb, os.Getenv(PostgresURLEnv))
+		return postgresSchemaURL(tb, PostgresURL(tb))
 	default:
 		tb.Fatalf("storetest: unknown dialect %q", dialect)
 		return ""
 	}
 }
 
-func skipWithoutPostgres(tb testing.TB) {
+// PostgresURL returns the PostgreSQL test database URL, or skips tb with
+// the reason when SVCPF_TEST_POSTGRES_URL is unset (CI sets it).
+func PostgresURL(tb testing.TB) string {
 	tb.Helper()
-	if os.Getenv(PostgresURLEnv) == "" {
+	u := os.Getenv(PostgresURLEnv)
+	if u == "" {
 		tb.Skip(PostgresURLEnv + " not set: PostgreSQL tests skipped")
 	}
+	return u
 }
 
 // postgresSchemaURL creates a schema with a random name and returns base

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net/netip"
 	"net/url"
-	"os"
 	"testing"
 
 	"github.com/svc-pf/svc-pf/internal/orgstore"
@@ -48,10 +47,7 @@ func TestStoresAreIsolated(t *testing.T) {
 }
 
 func TestPostgresSchemaDroppedAfterTest(t *testing.T) {
-	base := os.Getenv(storetest.PostgresURLEnv)
-	if base == "" {
-		t.Skip(storetest.PostgresURLEnv + " not set: PostgreSQL tests skipped")
-	}
+	base := storetest.PostgresURL(t)
 	var schema string
 	t.Run("inner", func(t *testing.T) {
 		u, err := url.Parse(storetest.URL(t, storetest.Postgres))
