@@ -95,15 +95,8 @@ func (q queries) findOverlap(ctx context.Context, tx *sql.Tx, orgPK int64, p net
 		b.WriteString(`
 		UNION ALL
 		SELECT o.id, x.cidr FROM prefixes x JOIN orgs o ON o.pk = x.org_pk
-		WHERE x.org_pk <> ` + q.param(len(args)) + ` AND x.cidr IN (`)
-		for i, k := range anc {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			args = append(args, k)
-			b.WriteString(q.param(len(args)))
-		}
-		b.WriteString(")")
+		WHERE x.org_pk <> ` + q.param(len(args)) + ` AND x.cidr IN `)
+		args = q.appendInList(&b, args, anc)
 	}
 	// The smallest key: the outermost conflicting prefix, deterministically.
 	b.WriteString(" ORDER BY 2 LIMIT 1")

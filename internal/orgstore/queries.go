@@ -129,7 +129,15 @@ func (q queries) keyList(head string, orgPK int64, keys [][]byte) (string, []any
 	args = append(args, orgPK)
 	b.WriteString(head)
 	b.WriteString(q.param(1))
-	b.WriteString(" AND cidr IN (")
+	b.WriteString(" AND cidr IN ")
+	args = q.appendInList(&b, args, keys)
+	return b.String(), args
+}
+
+// appendInList writes `(<p>, <p>, …)` with one placeholder per key, numbered
+// after args, and returns args with the keys appended.
+func (q queries) appendInList(b *strings.Builder, args []any, keys [][]byte) []any {
+	b.WriteByte('(')
 	for i, k := range keys {
 		if i > 0 {
 			b.WriteString(", ")
@@ -137,6 +145,6 @@ func (q queries) keyList(head string, orgPK int64, keys [][]byte) (string, []any
 		args = append(args, k)
 		b.WriteString(q.param(len(args)))
 	}
-	b.WriteString(")")
-	return b.String(), args
+	b.WriteByte(')')
+	return args
 }
