@@ -437,14 +437,6 @@ func batchOp(raw json.RawMessage) (orgstore.BatchOp, error) {
 	return orgstore.BatchOp{Override: o}, nil
 }
 
-// rangesHead is the part of the effective-ranges answer besides the
-// ranges themselves, which appendRangesBody renders.
-type rangesHead struct {
-	Version    int64
-	Dirty      bool
-	DirtySince string
-}
-
 func (a *API) effectiveRanges(w http.ResponseWriter, r *http.Request, org string) {
 	var latest bool
 	switch r.URL.Query().Get("force_latest") {
@@ -461,8 +453,7 @@ func (a *API) effectiveRanges(w http.ResponseWriter, r *http.Request, org string
 		return
 	}
 	st := a.deploy.Status(org)
-	var body rangesHead
-	var rs []ranges.Range
+	version, rs := st.Version, st.Ranges
 	if latest {
 		view, err := a.store.ReadOverrides(r.Context(), org, orgstore.Identity)
 		if err != nil {
@@ -470,22 +461,21 @@ func (a *API) effectiveRanges(w http.ResponseWriter, r *http.Request, org string
 			return
 		}
 		o.Version = view.Version
-		body.Version, rs = view.Version, deploy.EffectiveRanges(view)
-	} else {
-		body.Version, rs = st.Version, st.Ranges
+		version, rs = view.Version, deploy.EffectiveRanges(view)
 	}
-	body.Dirty, body.DirtySince = st.Dirty, timestamp(st.DirtySince)
-	if !st.Dirty && (!st.Deployed || st.Version < o.Version) {
+	dirty, since := st.Dirty, st.DirtySince
+	if !dirty && (!st.Deployed || st.Version < o.Version) {
 		// A version the deployer has not been told about yet (written by
 		// another instance, or before a restart): dirty since that write.
-		body.Dirty, body.DirtySince = true, timestamp(o.UpdatedAt)
+		dirty, since = true, o.UpdatedAt
 	}
-	if !body.Dirty {
-		body.DirtySince = ""
+	dirtySince := ""
+	if dirty {
+		dirtySince = timestamp(since)
 	}
 	setVersion(w, o.Version)
 	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(appendRangesBody(nil, body.Version, body.Dirty, body.DirtySince, rs))
+	_, _ = w.Write(appendRangesBody(nil, version, dirty, dirtySince, rs))
 }
 
 func timestamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
