@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -287,10 +288,22 @@ func TestDeployEndToEnd(t *testing.T) {
 			t.Fatalf("overwritten session %+v", s.Session())
 		}
 
-		// Prefix removal → sessions under it cleaned, others untouched.
+		// Prefix removal → sessions under it cleaned, others untouched: the
+		// override inside it (withdrawn by id) and a session the deployer does
+		// not know of (left by a lost message; only the subnet clean finds it).
+		p.call("POST", "/org/acme/overrides", map[string]any{"cidr": "10.1.5.0/24", "username": "dave"}, 200)
+		p.eventually("dave", func() bool { return p.userAt("10.1.5.1") == "dave" }, func() string { return describe(p.indexed("acme")) })
+		lost := session.Session{ID: session.NewID("acme", netip.MustParsePrefix("10.1.9.0/24"), "lost", "", ""), Org: "acme",
+			Revision: alice.Revision, Allocations: []netip.Prefix{netip.MustParsePrefix("10.1.9.0/24")}, Username: "lost"}
+		if _, err := p.client.SetSession(context.Background(), lost, 0); err != nil {
+			t.Fatal(err)
+		}
+		p.eventually("lost session planted", func() bool { return p.userAt("10.1.9.1") == "lost" }, func() string { return "" })
 		before := p.indexed("acme")
 		p.call("PATCH", "/org/acme/prefixes", map[string]any{"remove": []string{"10.1.0.0/16"}}, 200)
-		p.eventually("10.1/16 cleaned", func() bool { return p.userAt("10.1.2.3") == "-" }, func() string { return describe(p.indexed("acme")) })
+		p.eventually("10.1/16 cleaned", func() bool {
+			return p.userAt("10.1.2.3") == "-" && p.userAt("10.1.5.1") == "-" && p.userAt("10.1.9.1") == "-"
+		}, func() string { return describe(p.indexed("acme")) })
 		after := p.expectIndex("acme",
 			"[10.0.0.0/16]|||",
 			"[10.0.1.0/24]|carol||hq",
@@ -361,15 +374,7 @@ func TestIPMapperDownDuringWrites(t *testing.T) {
 	p.call("PATCH", "/org/acme/prefixes", map[string]any{"add": []string{"10.0.0.0/24"}}, 200)
 	p.expectIndex("acme", "[10.0.0.0/24]|||")
 
-	if err := p.mapper.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	// Stop drains the micro service's subscriptions; wait until the IP
-	// Mapper really no longer answers.
-	p.eventually("IP Mapper gone", func() bool {
-		_, err := p.client.GetSessions(context.Background(), ipmapper.Query{Org: "acme"})
-		return err != nil
-	}, func() string { return "still answering" })
+	p.stopMapper()
 	// Writes still succeed while the IP Mapper is away.
 	for i := range 5 {
 		p.call("POST", "/org/acme/overrides", map[string]any{"cidr": fmt.Sprintf("10.0.0.%d/32", i), "username": fmt.Sprint("u", i)}, 200)
@@ -418,61 +423,64 @@ func TestRestarts(t *testing.T) {
 	p.expectIndex("acme", "[10.0.0.0/24]|||", "[10.0.0.128/25]|b||")
 }
 
+// TestDeleteWhileIPMapperDownAcrossRestart: organisation deletes whose
+// clean could not reach the IP Mapper are not forgotten by an orgmanager
+// restart, and an organisation re-created meanwhile leaves no session of the
+// deleted one behind.
+func TestDeleteWhileIPMapperDownAcrossRestart(t *testing.T) {
+	p := newPlatform(t, storetest.URL(t, storetest.SQLite))
+	for i, org := range []string{"gone", "again"} {
+		p.call("PUT", "/org/"+org, nil, 200)
+		p.call("PATCH", "/org/"+org+"/prefixes", map[string]any{"add": []string{fmt.Sprintf("10.%d.0.0/24", i)}}, 200)
+		p.call("POST", "/org/"+org+"/overrides", map[string]any{"cidr": fmt.Sprintf("10.%d.0.0/25", i), "username": org}, 200)
+	}
+	p.expectIndex("gone", "[10.0.0.0/25]|gone||", "[10.0.0.0/24]|||")
+	p.expectIndex("again", "[10.1.0.0/25]|again||", "[10.1.0.0/24]|||")
+
+	p.stopMapper()
+	p.call("DELETE", "/org/gone?confirm=true", nil, 204)
+	p.call("DELETE", "/org/again?confirm=true", nil, 204)
+	p.call("PUT", "/org/again", nil, 200)
+	p.call("PATCH", "/org/again/prefixes", map[string]any{"add": []string{"10.1.0.0/24"}}, 200)
+	p.stopOrgManager()
+	p.startOrgManager()
+	p.startMapper()
+
+	p.expectIndex("gone")
+	p.expectIndex("again", "[10.1.0.0/24]|||")
+	p.waitSettled("again")
+}
+
+// stopMapper stops the IP Mapper and waits until it no longer answers.
+func (p *platform) stopMapper() {
+	p.t.Helper()
+	if err := p.mapper.Stop(); err != nil {
+		p.t.Fatal(err)
+	}
+	// Stop drains the micro service's subscriptions.
+	p.eventually("IP Mapper gone", func() bool {
+		_, err := p.client.GetSessions(context.Background(), ipmapper.Query{Org: "acme"})
+		return err != nil
+	}, func() string { return "still answering" })
+}
+
 // TestAllCommand runs `svc-pf all` on a fresh data directory: embedded NATS,
 // the IP Mapper and the orgmanager in one process.
 func TestAllCommand(t *testing.T) {
-	cfg := DefaultAllConfig()
-	cfg.DataDir = t.TempDir()
-	cfg.NATS.Listen = "127.0.0.1:0"
-	cfg.OrgManager.HTTP.Address = "127.0.0.1:0"
-	cfg.IPMapper.HTTP.Address = "127.0.0.1:0"
-	ctx, cancel := context.WithCancel(context.Background())
-	all, err := StartAll(ctx, cfg, "test", slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- all.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
+	cfg := testAllConfig(t)
+	all := startAll(t, cfg)
+	for _, f := range []string{"orgmanager.db", filepath.Join("nats", "jetstream")} {
+		if _, err := os.Stat(filepath.Join(cfg.DataDir, f)); err != nil {
+			t.Fatalf("%s is not in the data directory: %v", f, err)
 		}
-	}()
-	if _, err := os.Stat(filepath.Join(cfg.DataDir, "orgmanager.db")); err != nil {
-		t.Fatalf("the database is not in the data directory: %v", err)
-	}
-	mapperHealth := "http://" + all.IPMapper.Addr().String() + "/health"
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		resp, err := http.Get(mapperHealth)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("ipmapper never became healthy")
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 	p := &platform{t: t, base: "http://" + all.OrgManager.Addr().String()}
 	p.call("PUT", "/org/acme", nil, 200)
 	p.call("PATCH", "/org/acme/prefixes", map[string]any{"add": []string{"10.0.0.0/24"}}, 200)
 	p.call("POST", "/org/acme/overrides", map[string]any{"cidr": "10.0.0.0/25", "username": "a"}, 200)
 	p.waitSettled("acme")
+	expectUser(t, all.NATS.ClientURL(), "10.0.0.1", "a")
 
-	nc, err := natsbus.Connect(all.NATS.ClientURL(), "t", nil, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	client, _ := ipmapper.NewClient(ipmapper.ClientConfig{Conn: nc, Timeout: 5 * time.Second})
-	got, err := client.GetSessions(ctx, ipmapper.Query{IP: netip.MustParseAddr("10.0.0.1")})
-	if err != nil || len(got) != 1 || got[0].Username != "a" {
-		t.Fatalf("session through svc-pf all: %+v %v", got, err)
-	}
 	var health map[string]any
 	resp, err := http.Get(p.base + "/health")
 	if err != nil {
@@ -482,5 +490,94 @@ func TestAllCommand(t *testing.T) {
 	resp.Body.Close()
 	if health["status"] != "ok" {
 		t.Fatalf("orgmanager health %v", health)
+	}
+}
+
+// TestAllWithNATSURL: in `svc-pf all`, a service whose nats.url is set uses
+// that server instead of the embedded one.
+func TestAllWithNATSURL(t *testing.T) {
+	external, err := natsbus.StartEmbedded(natsbus.EmbeddedConfig{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer external.Shutdown()
+	cfg := testAllConfig(t)
+	cfg.IPMapper.NATS.URL = external.ClientURL()
+	cfg.OrgManager.NATS.URL = external.ClientURL()
+	all := startAll(t, cfg)
+	p := &platform{t: t, base: "http://" + all.OrgManager.Addr().String()}
+	p.call("PUT", "/org/acme", nil, 200)
+	p.call("PATCH", "/org/acme/prefixes", map[string]any{"add": []string{"10.0.0.0/24"}}, 200)
+	p.waitSettled("acme")
+	expectUser(t, external.ClientURL(), "10.0.0.1", "")
+	// The embedded server stays idle: no IP Mapper answers there.
+	nc, err := natsbus.Connect(all.NATS.ClientURL(), "t", nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	client, _ := ipmapper.NewClient(ipmapper.ClientConfig{Conn: nc, Timeout: time.Second})
+	if _, err := client.GetSessions(context.Background(), ipmapper.Query{Org: "acme"}); !errors.Is(err, ipmapper.ErrUnavailable) {
+		t.Fatalf("an IP Mapper answers on the embedded server: %v", err)
+	}
+}
+
+func testAllConfig(t *testing.T) AllConfig {
+	cfg := DefaultAllConfig()
+	cfg.DataDir = t.TempDir()
+	cfg.NATS.Listen = "127.0.0.1:0"
+	cfg.OrgManager.HTTP.Address = "127.0.0.1:0"
+	cfg.IPMapper.HTTP.Address = "127.0.0.1:0"
+	return cfg
+}
+
+// startAll starts `svc-pf all`, stops it when the test ends, and waits until
+// the IP Mapper is ready.
+func startAll(t *testing.T, cfg AllConfig) *All {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	all, err := StartAll(ctx, cfg, "test", slog.New(slog.DiscardHandler))
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- all.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	mapperHealth := "http://" + all.IPMapper.Addr().String() + "/health"
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get(mapperHealth)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return all
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("ipmapper never became healthy")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// expectUser asks the IP Mapper on the NATS server at url for the one
+// session at ip and checks its username.
+func expectUser(t *testing.T, url, ip, user string) {
+	t.Helper()
+	nc, err := natsbus.Connect(url, "t", nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	client, _ := ipmapper.NewClient(ipmapper.ClientConfig{Conn: nc, Timeout: 5 * time.Second})
+	got, err := client.GetSessions(context.Background(), ipmapper.Query{IP: netip.MustParseAddr(ip)})
+	if err != nil || len(got) != 1 || got[0].Username != user {
+		t.Fatalf("session at %s: %+v %v, want user %q", ip, got, err, user)
 	}
 }

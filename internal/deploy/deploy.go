@@ -65,6 +65,10 @@ type Store interface {
 	ReadOverrides(ctx context.Context, org string, d orgstore.Detail) (orgstore.View, error)
 	NextRevision(ctx context.Context, org string) (int64, error)
 	ListOrgs(ctx context.Context) ([]orgstore.OrgVersion, error)
+	// The deletes whose clean is pending: a restart must not forget them.
+	DeletedOrgs(ctx context.Context) ([]orgstore.DeletedOrg, error)
+	DeletedOrg(ctx context.Context, org string) (orgstore.DeletedOrg, bool, error)
+	ForgetDeletedOrg(ctx context.Context, d orgstore.DeletedOrg) error
 }
 
 // Config configures a Deployer.
@@ -170,12 +174,29 @@ func New(cfg Config) (*Deployer, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	m, err := newMetrics(cfg.Registerer)
+	d := &Deployer{cfg: cfg, log: log, now: cfg.Clock, orgs: map[string]*orgState{}, wake: make(chan struct{}, 1)}
+	m, err := newMetrics(cfg.Registerer, d.oldestDirty)
 	if err != nil {
 		return nil, err
 	}
-	return &Deployer{cfg: cfg, log: log, now: cfg.Clock, metrics: m, orgs: map[string]*orgState{},
-		wake: make(chan struct{}, 1)}, nil
+	d.metrics = m
+	return d, nil
+}
+
+// oldestDirty is the age in seconds of the longest-waiting change.
+func (d *Deployer) oldestDirty() float64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var oldest time.Time
+	for _, st := range d.orgs {
+		if !st.dirtySince.IsZero() && (oldest.IsZero() || st.dirtySince.Before(oldest)) {
+			oldest = st.dirtySince
+		}
+	}
+	if oldest.IsZero() {
+		return 0
+	}
+	return d.now().Sub(oldest).Seconds()
 }
 
 // Notify records that a write changed org: it is dirty from now until a
@@ -430,11 +451,7 @@ type baseline struct {
 func (d *Deployer) attempt(ctx context.Context, org string, redeploy bool, base baseline) (result, error) {
 	view, err := d.cfg.Store.ReadOverrides(ctx, org, orgstore.Identity)
 	if errors.Is(err, orgstore.ErrOrgNotFound) {
-		diff := Diff{Org: org, CleanOrg: true}
-		if err := d.publish(ctx, diff); err != nil {
-			return result{}, err
-		}
-		return result{deleted: true}, nil
+		return d.cleanDeleted(ctx, org)
 	}
 	if err != nil {
 		return result{}, fmt.Errorf("read %s: %w", org, err)
@@ -464,6 +481,26 @@ func (d *Deployer) attempt(ctx context.Context, org string, redeploy bool, base 
 		return result{diff: &diff}, err
 	}
 	return result{snapshot: snap, diff: &diff}, nil
+}
+
+// cleanDeleted cleans every session of a deleted organisation, then forgets
+// the store's record of the delete. The record is read before the clean, so
+// a later delete of the same id (another record) stays pending.
+func (d *Deployer) cleanDeleted(ctx context.Context, org string) (result, error) {
+	rec, pending, err := d.cfg.Store.DeletedOrg(ctx, org)
+	if err != nil {
+		return result{}, fmt.Errorf("read delete of %s: %w", org, err)
+	}
+	if err := d.publish(ctx, Diff{Org: org, CleanOrg: true}); err != nil {
+		return result{}, err
+	}
+	if pending {
+		if err := d.cfg.Store.ForgetDeletedOrg(ctx, rec); err != nil {
+			// The clean is done; the next scan repeats it, which is harmless.
+			d.log.Warn("forgetting a cleaned organisation failed", "org", org, "err", err)
+		}
+	}
+	return result{deleted: true}, nil
 }
 
 func (d *Deployer) publish(ctx context.Context, diff Diff) error {
@@ -506,10 +543,15 @@ func (d *Deployer) scanLoop(ctx context.Context) {
 }
 
 // scan queues every organisation whose database version differs from the
-// deployed one, every deployed organisation that no longer exists, and with
-// redeployAll every organisation for a full republish.
+// deployed one, every deleted organisation whose clean is pending (also
+// across restarts, and deletes by another instance), and with redeployAll
+// every organisation for a full republish.
 func (d *Deployer) scan(ctx context.Context, redeployAll bool) {
 	orgs, err := d.cfg.Store.ListOrgs(ctx)
+	var deleted []orgstore.DeletedOrg
+	if err == nil {
+		deleted, err = d.cfg.Store.DeletedOrgs(ctx)
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			d.log.Warn("deploy version scan failed", "err", err)
@@ -532,9 +574,10 @@ func (d *Deployer) scan(ctx context.Context, redeployAll bool) {
 			queued++
 		}
 	}
-	for org, st := range d.orgs {
-		if !exists[org] && st.deployed != nil && st.retry == nil {
-			d.enqueueLocked(org, st)
+	for _, del := range deleted {
+		// Re-created since: its own deploy cleans the older revisions.
+		if st := d.stateLocked(del.ID); !exists[del.ID] && st.retry == nil {
+			d.enqueueLocked(del.ID, st)
 			queued++
 		}
 	}

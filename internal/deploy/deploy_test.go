@@ -282,6 +282,9 @@ func TestRetryAndUnconfirmedSessions(t *testing.T) {
 	if st := f.d.Status("acme"); !st.Dirty || st.DirtySince.IsZero() {
 		t.Fatalf("not dirty while failing: %+v", st)
 	}
+	if age := f.d.oldestDirty(); age <= 0 {
+		t.Fatalf("oldest dirty age %v while failing, want > 0", age)
+	}
 	// The override is withdrawn before the IP Mapper comes back: the
 	// session a failed publish may have stored is cleaned anyway.
 	if _, err := f.store.DeleteOverride(f.ctx(), "acme", netip.MustParsePrefix("10.0.0.0/25")); err != nil {
@@ -290,6 +293,9 @@ func TestRetryAndUnconfirmedSessions(t *testing.T) {
 	f.d.Notify("acme")
 	f.pub.setFail(false)
 	f.settle("acme")
+	if age := f.d.oldestDirty(); age != 0 {
+		t.Fatalf("oldest dirty age %v once deployed, want 0", age)
+	}
 	d := f.pub.last()
 	if !slices.Contains(d.CleanIDs, id("acme", "10.0.0.0/25", "ghost")) {
 		t.Fatalf("unconfirmed session not cleaned: %+v", d)
@@ -313,6 +319,61 @@ func TestDeletedOrgCleansAll(t *testing.T) {
 	}
 	if st := f.d.Status("acme"); st.Deployed || st.Dirty {
 		t.Fatalf("deleted org still has state %+v", st)
+	}
+}
+
+// TestDeleteSurvivesRestart: a delete whose clean never reached the IP
+// Mapper is cleaned by the next orgmanager process, and an organisation
+// re-created meanwhile gets a revision above the deleted one's sessions.
+func TestDeleteSurvivesRestart(t *testing.T) {
+	f := newFixture(t, Config{})
+	f.org("acme", "10.0.0.0/24")
+	f.org("beta", "10.1.0.0/24")
+	f.settle("acme")
+	f.settle("beta")
+	betaRev := f.pub.all()[1].Revision
+	f.pub.setFail(true) // the IP Mapper is gone from here on
+	for _, org := range []string{"acme", "beta"} {
+		if err := f.store.DeleteOrg(f.ctx(), org); err != nil {
+			t.Fatal(err)
+		}
+		f.d.Notify(org)
+	}
+	for f.pub.callCount() < 4 {
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := f.store.PutOrg(f.ctx(), "beta"); err != nil {
+		t.Fatal(err)
+	}
+
+	// The next process (the first one is dead to the IP Mapper).
+	pub := &recorder{}
+	next, err := New(Config{Store: f.store, Publisher: pub, RetryMin: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); next.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var cleaned, republished bool
+		for _, d := range pub.all() {
+			cleaned = cleaned || d.Org == "acme" && d.CleanOrg
+			republished = republished || d.Org == "beta" && d.CleanBelowRevision > betaRev
+		}
+		pending, err := f.store.DeletedOrgs(f.ctx())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cleaned && republished && len(pending) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after restart: diffs %+v, pending deletes %+v", pub.all(), pending)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 

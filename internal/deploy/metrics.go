@@ -13,9 +13,13 @@ type metrics struct {
 	sessionsSet     prometheus.Counter
 	sessionsCleaned prometheus.Counter
 	dirty           prometheus.Gauge
+	oldestDirty     prometheus.GaugeFunc
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+// newMetrics defines the deploy metrics; oldestDirty reports, at scrape time,
+// how long the longest-waiting change has waited. It is the lag an outage
+// builds up: the lag histogram only sees deploys that completed.
+func newMetrics(reg prometheus.Registerer, oldestDirty func() float64) (*metrics, error) {
 	buckets := []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}
 	m := &metrics{
 		lag: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -42,9 +46,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "svcpf_deploy_dirty_orgs",
 			Help: "Organisations with changes not yet deployed.",
 		}),
+		oldestDirty: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "svcpf_deploy_oldest_dirty_seconds",
+			Help: "Age of the oldest change not yet deployed; 0 when every organisation is deployed.",
+		}, oldestDirty),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.lag, m.duration, m.failures, m.sessionsSet, m.sessionsCleaned, m.dirty} {
+		for _, c := range []prometheus.Collector{m.lag, m.duration, m.failures, m.sessionsSet, m.sessionsCleaned, m.dirty, m.oldestDirty} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("deploy: register metrics: %w", err)
 			}

@@ -20,10 +20,22 @@ func (s *Store) PutOrg(ctx context.Context, id string) (int64, error) {
 	}
 	now := s.nowMicros()
 	var v int64
-	err := s.writer.QueryRowContext(ctx, `INSERT INTO orgs (id, version, revision, created_at, updated_at)
-		VALUES ($1, 1, 0, $2, $2)
-		ON CONFLICT (id) DO UPDATE SET version = orgs.version + 1, updated_at = excluded.updated_at
-		RETURNING version`, id, now).Scan(&v)
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		// A re-created organisation continues the deploy revisions of the
+		// deleted one, so a clean below its first revision also removes
+		// sessions of the old one that the IP Mapper may still hold.
+		err := tx.QueryRowContext(ctx, `INSERT INTO orgs (id, version, revision, created_at, updated_at)
+			VALUES ($1, 1, COALESCE((SELECT revision FROM deleted_orgs WHERE id = $1), 0), $2, $2)
+			ON CONFLICT (id) DO UPDATE SET version = orgs.version + 1, updated_at = excluded.updated_at
+			RETURNING version`, id, now).Scan(&v)
+		if err != nil || v != 1 {
+			return err
+		}
+		// That revision takes over the pending clean: the first deploy of
+		// the new organisation cleans every older revision.
+		_, err = tx.ExecContext(ctx, `DELETE FROM deleted_orgs WHERE id = $1`, id)
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("orgstore: put organisation: %w", err)
 	}
@@ -50,7 +62,8 @@ func (s *Store) GetOrg(ctx context.Context, id string) (Org, error) {
 }
 
 // DeleteOrg deletes the organisation with all its prefixes and overrides, or
-// returns ErrOrgNotFound.
+// returns ErrOrgNotFound. It records the organisation as deleted (see
+// DeletedOrg) in the same transaction.
 func (s *Store) DeleteOrg(ctx context.Context, id string) error {
 	defer s.cache.invalidate(id) // after the commit: see overrideCache
 	return s.write(ctx, func(tx *sql.Tx) error {
@@ -60,6 +73,13 @@ func (s *Store) DeleteOrg(ctx context.Context, id string) error {
 		}
 		// Explicit deletes rather than relying on ON DELETE CASCADE alone:
 		// they do not depend on SQLite's foreign_keys pragma being on.
+		// The pending clean outlives the organisation: see DeletedOrg.
+		if _, err := tx.ExecContext(ctx, `INSERT INTO deleted_orgs (id, revision, deleted_at)
+			SELECT id, revision, $2 FROM orgs WHERE pk = $1
+			ON CONFLICT (id) DO UPDATE SET revision = excluded.revision, deleted_at = excluded.deleted_at`,
+			pk, s.nowMicros()); err != nil {
+			return fmt.Errorf("orgstore: delete organisation: %w", err)
+		}
 		for _, q := range []string{
 			`DELETE FROM overrides WHERE org_pk = $1`,
 			`DELETE FROM prefixes WHERE org_pk = $1`,
@@ -111,6 +131,63 @@ func (s *Store) NextRevision(ctx context.Context, id string) (int64, error) {
 		return 0, fmt.Errorf("orgstore: next revision: %w", err)
 	}
 	return rev, nil
+}
+
+// DeletedOrg is a deleted organisation whose sessions the IP Mapper may still
+// hold. DeleteOrg records it in the same transaction as the delete, so the
+// clean survives a restart of the orgmanager before it reached the IP Mapper.
+type DeletedOrg struct {
+	ID string
+	// Revision is the organisation's deploy revision at the delete.
+	Revision int64
+	// deletedAt tells two deletes of one id apart (see ForgetDeletedOrg).
+	deletedAt int64
+}
+
+// DeletedOrgs lists the deleted organisations not yet cleaned, by id.
+func (s *Store) DeletedOrgs(ctx context.Context) ([]DeletedOrg, error) {
+	rows, err := s.reader.QueryContext(ctx, `SELECT id, revision, deleted_at FROM deleted_orgs ORDER BY id`)
+	if err != nil {
+		return nil, fmt.Errorf("orgstore: list deleted organisations: %w", err)
+	}
+	defer rows.Close()
+	var out []DeletedOrg
+	for rows.Next() {
+		var d DeletedOrg
+		if err := rows.Scan(&d.ID, &d.Revision, &d.deletedAt); err != nil {
+			return nil, fmt.Errorf("orgstore: list deleted organisations: %w", err)
+		}
+		out = append(out, d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("orgstore: list deleted organisations: %w", err)
+	}
+	return out, nil
+}
+
+// DeletedOrg returns the record of org's delete, if one is pending.
+func (s *Store) DeletedOrg(ctx context.Context, org string) (DeletedOrg, bool, error) {
+	d := DeletedOrg{ID: org}
+	err := s.reader.QueryRowContext(ctx, `SELECT revision, deleted_at FROM deleted_orgs WHERE id = $1`, org).
+		Scan(&d.Revision, &d.deletedAt)
+	if errors.Is(err, sql.ErrNoRows) {
+		return DeletedOrg{}, false, nil
+	}
+	if err != nil {
+		return DeletedOrg{}, false, fmt.Errorf("orgstore: read deleted organisation: %w", err)
+	}
+	return d, true, nil
+}
+
+// ForgetDeletedOrg removes the record once the clean it asked for is done.
+// A later delete of the same id (re-created and deleted again meanwhile)
+// has another timestamp and stays.
+func (s *Store) ForgetDeletedOrg(ctx context.Context, d DeletedOrg) error {
+	if _, err := s.writer.ExecContext(ctx, `DELETE FROM deleted_orgs WHERE id = $1 AND revision = $2 AND deleted_at = $3`,
+		d.ID, d.Revision, d.deletedAt); err != nil {
+		return fmt.Errorf("orgstore: forget deleted organisation: %w", err)
+	}
+	return nil
 }
 
 const getOrgSQL = `SELECT version, created_at, updated_at FROM orgs WHERE id = $1`

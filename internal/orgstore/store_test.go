@@ -702,6 +702,51 @@ func TestApplyBatch(t *testing.T) {
 	})
 }
 
+func TestDeletedOrgsArePendingUntilForgotten(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, open func(t *testing.T) *orgstore.Store) {
+		ctx := context.Background()
+		s := open(t)
+		for _, org := range []string{"acme", "keep"} {
+			must[int64](t)(s.PutOrg(ctx, org))
+		}
+		must[int64](t)(s.NextRevision(ctx, "acme"))
+		must[int64](t)(s.NextRevision(ctx, "acme"))
+		if _, ok, err := s.DeletedOrg(ctx, "acme"); ok || err != nil {
+			t.Fatalf("DeletedOrg before the delete: %v %v", ok, err)
+		}
+		if err := s.DeleteOrg(ctx, "acme"); err != nil {
+			t.Fatal(err)
+		}
+		first, ok, err := s.DeletedOrg(ctx, "acme")
+		if !ok || err != nil || first.ID != "acme" || first.Revision != 2 {
+			t.Fatalf("DeletedOrg = %+v %v %v, want acme at revision 2", first, ok, err)
+		}
+		if list := must[[]orgstore.DeletedOrg](t)(s.DeletedOrgs(ctx)); len(list) != 1 || list[0] != first {
+			t.Fatalf("DeletedOrgs = %+v", list)
+		}
+		// Re-created, deployed and deleted again before the first clean was
+		// forgotten: forgetting the first record keeps the second.
+		must[int64](t)(s.PutOrg(ctx, "acme"))
+		must[int64](t)(s.NextRevision(ctx, "acme"))
+		if err := s.DeleteOrg(ctx, "acme"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.ForgetDeletedOrg(ctx, first); err != nil {
+			t.Fatal(err)
+		}
+		second, ok, err := s.DeletedOrg(ctx, "acme")
+		if !ok || err != nil || second.Revision != 3 {
+			t.Fatalf("second delete = %+v %v %v, want pending at revision 3", second, ok, err)
+		}
+		if err := s.ForgetDeletedOrg(ctx, second); err != nil {
+			t.Fatal(err)
+		}
+		if list := must[[]orgstore.DeletedOrg](t)(s.DeletedOrgs(ctx)); len(list) != 0 {
+			t.Fatalf("DeletedOrgs after forgetting = %+v", list)
+		}
+	})
+}
+
 func TestDeleteOrgRemovesEverything(t *testing.T) {
 	storetest.Dialects(t, func(t *testing.T, open func(t *testing.T) *orgstore.Store) {
 		ctx := context.Background()
@@ -731,8 +776,12 @@ func TestDeleteOrgRemovesEverything(t *testing.T) {
 		if view.Version != 1 || len(view.Prefixes) != 0 || len(view.Overrides) != 0 {
 			t.Fatalf("re-created organisation inherited data: %+v", view)
 		}
-		if rev := must[int64](t)(s.NextRevision(ctx, "acme")); rev != 1 {
-			t.Fatalf("re-created organisation's revision = %d, want 1", rev)
+		// The deploy revisions continue: the deleted organisation was at 1.
+		if rev := must[int64](t)(s.NextRevision(ctx, "acme")); rev != 2 {
+			t.Fatalf("re-created organisation's revision = %d, want 2", rev)
+		}
+		if pending := must[[]orgstore.DeletedOrg](t)(s.DeletedOrgs(ctx)); len(pending) != 0 {
+			t.Fatalf("re-creating the organisation left its delete pending: %+v", pending)
 		}
 		keep := must[orgstore.View](t)(s.ReadOverrides(ctx, "keep", orgstore.Identity))
 		if len(keep.Overrides) != 2 || keep.Overrides[0].Username != "keep" || !slices.Equal(keep.Prefixes, pfxs("11.0.0.0/8")) {
