@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -68,6 +70,64 @@ func TestOrgManagerRunsAndStops(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "o.db")); err != nil {
 		t.Fatalf("database not created: %v", err)
+	}
+}
+
+// TestDebugFlag: --debug lowers the log level to debug whatever log.level
+// says; without it log.level holds. The router logs every request at debug
+// level, so one request shows which level the running service logs at.
+func TestDebugFlag(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		level     string
+		flags     []string
+		wantDebug bool
+	}{
+		{"log.level info", "info", nil, false},
+		{"--debug over log.level warn", "warn", []string{"--debug"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := filepath.Join(dir, "om.yaml")
+			yaml := "http:\n  address: 127.0.0.1:0\ndatabase:\n  url: sqlite:" + filepath.Join(dir, "o.db") + "\nlog:\n  level: " + tc.level + "\n"
+			if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			var out syncBuffer
+			done := make(chan int, 1)
+			go func() { done <- run(ctx, append([]string{"orgmanager", "-c", cfg}, tc.flags...), io.Discard, &out) }()
+			defer func() {
+				cancel()
+				if code := <-done; code != 0 {
+					t.Errorf("exit %d: %s", code, out.String())
+				}
+			}()
+
+			// With log.level warn the address is logged only because of
+			// --debug (it is an info line).
+			listening := regexp.MustCompile(`level=INFO msg="orgmanager listening" .*address=(\S+)`)
+			var addr string
+			for deadline := time.Now().Add(10 * time.Second); addr == ""; time.Sleep(10 * time.Millisecond) {
+				if m := listening.FindStringSubmatch(out.String()); m != nil {
+					addr = m[1]
+				} else if time.Now().After(deadline) {
+					t.Fatalf("never listening: %s", out.String())
+				}
+			}
+			resp, err := http.Get("http://" + addr + "/health")
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			// The router writes the access line before the response is
+			// sent, so it is in the output by now if it is written at all.
+			requestLine := regexp.MustCompile(`level=DEBUG msg=request .*method=GET path=/health status=200`)
+			if got := requestLine.MatchString(out.String()); got != tc.wantDebug {
+				t.Fatalf("debug request line logged: %v, want %v; output:\n%s", got, tc.wantDebug, out.String())
+			}
+		})
 	}
 }
 

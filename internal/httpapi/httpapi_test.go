@@ -97,6 +97,54 @@ func TestRouting(t *testing.T) {
 	}
 }
 
+// TestUncleanPaths: ServeMux would redirect a path that is not in clean
+// form with a 307, an HTML body and no request id; the Router answers a JSON
+// 404 with the usual headers instead, for every method.
+func TestUncleanPaths(t *testing.T) {
+	r, _ := newTestRouter(t)
+	for _, p := range []string{"//things/a", "/things/x/../a", "/things/./a", "/./panic", "/things/a/..", "/things//a", "/echo/.", "/.."} {
+		for _, m := range []string{"GET", "POST", "DELETE"} {
+			rec := do(t, r, m, p, "", map[string]string{"X-Request-ID": "req-u"})
+			if rec.Code != 404 || rec.Header().Get("Content-Type") != "application/json" ||
+				rec.Header().Get("X-Request-ID") != "req-u" || rec.Header().Get("Location") != "" {
+				t.Errorf("%s %s: %d %q", m, p, rec.Code, rec.Header())
+				continue
+			}
+			if e := errorOf(t, rec); e.Error != "no such endpoint: "+p {
+				t.Errorf("%s %s: error %q", m, p, e.Error)
+			}
+		}
+	}
+	// The check is on the escaped path, as ServeMux's: an escaped dot
+	// segment is data for the handler. A trailing slash is clean: the path
+	// goes to the mux, whose catch-all answers the 404.
+	if rec := do(t, r, "GET", "/things/%2E%2E", "", nil); rec.Code != 200 || !strings.Contains(rec.Body.String(), `"id":".."`) {
+		t.Errorf("GET /things/%%2E%%2E: %d %s", rec.Code, rec.Body)
+	}
+	if rec := do(t, r, "GET", "/things/a/", "", nil); rec.Code != 404 || rec.Header().Get("X-Request-ID") == "" {
+		t.Errorf("GET /things/a/: %d %q", rec.Code, rec.Header())
+	}
+}
+
+// TestSubtreePatternsRefused: ServeMux answers a subtree pattern's path
+// without its trailing slash with an HTML redirect, so Handle refuses them.
+func TestSubtreePatternsRefused(t *testing.T) {
+	r, _ := newTestRouter(t)
+	for _, p := range []string{"/dir/", "/files/{path...}"} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("Handle(%q) did not panic", p)
+				}
+			}()
+			r.Handle(http.MethodGet, p, func(http.ResponseWriter, *http.Request) {})
+		}()
+	}
+	if rec := do(t, r, "GET", "/dir", "", nil); rec.Code != 404 || rec.Header().Get("Content-Type") != "application/json" {
+		t.Errorf("GET /dir: %d %q", rec.Code, rec.Header())
+	}
+}
+
 func TestRoutesListed(t *testing.T) {
 	r, _ := newTestRouter(t)
 	got := r.Routes()
@@ -186,6 +234,36 @@ func TestDecodeJSON(t *testing.T) {
 			t.Errorf("%q: body %s, want %q", tt.body, rec.Body, tt.msg)
 		}
 	}
+
+	// A declared Content-Length over the limit is refused unread; at the
+	// limit the body is read.
+	for _, tt := range []struct {
+		length int64
+		status int
+	}{{65, 413}, {64, 200}} {
+		body := &countingReader{r: strings.NewReader(`{"a":"` + strings.Repeat("x", 56) + `"}`)}
+		req := httptest.NewRequest("POST", "/echo", body)
+		req.ContentLength = tt.length
+		rec := httptest.NewRecorder()
+		r.ServeHTTP(rec, req)
+		if rec.Code != tt.status || (tt.status == 413) != (body.n == 0) {
+			t.Errorf("Content-Length %d: status %d, %d bytes read; want %d", tt.length, rec.Code, body.n, tt.status)
+		}
+		if tt.status == 413 && errorOf(t, rec).Error != "request body larger than 64 bytes" {
+			t.Errorf("Content-Length %d: %s", tt.length, rec.Body)
+		}
+	}
+}
+
+type countingReader struct {
+	r io.Reader
+	n int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += n
+	return n, err
 }
 
 func TestStandardPages(t *testing.T) {

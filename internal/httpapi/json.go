@@ -69,8 +69,12 @@ type BodyError struct {
 func (e *BodyError) Error() string { return e.Msg }
 
 // DecodeJSON decodes the request body into dst, reading at most maxBytes.
-// Trailing data after the JSON value is refused.
+// Trailing data after the JSON value is refused. A body whose declared
+// Content-Length is over maxBytes is refused before any of it is read.
 func DecodeJSON(w http.ResponseWriter, r *http.Request, maxBytes int64, dst any) error {
+	if r.ContentLength > maxBytes {
+		return bodyError(&http.MaxBytesError{Limit: maxBytes})
+	}
 	body := http.MaxBytesReader(w, r.Body, maxBytes)
 	dec := json.NewDecoder(body)
 	if err := dec.Decode(dst); err != nil {

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"path"
 	"slices"
 	"strings"
 	"time"
@@ -33,11 +34,17 @@ type RouterConfig struct {
 // Router dispatches by path pattern (net/http ServeMux syntax, without the
 // method) and then by method, so a known path with an unknown method gets a
 // JSON 405 with an Allow header instead of ServeMux's plain-text one.
+//
+// Every response the Router writes carries X-Request-ID and, unless a
+// handler sets another, Content-Type application/json: ServeMux's own
+// answers (its redirects to a cleaned path or to a subtree's trailing slash)
+// never happen, see ServeHTTP and Handle.
 type Router struct {
-	mux     *http.ServeMux
-	log     *slog.Logger
-	paths   map[string]map[string]http.HandlerFunc
-	metrics *routerMetrics
+	mux       *http.ServeMux
+	log       *slog.Logger
+	paths     map[string]map[string]http.HandlerFunc
+	metrics   *routerMetrics
+	unmatched http.Handler
 }
 
 type routerMetrics struct {
@@ -75,15 +82,22 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 		}
 	}
 	r := &Router{mux: http.NewServeMux(), log: log, paths: map[string]map[string]http.HandlerFunc{}, metrics: m}
-	r.mux.Handle("/", r.instrument("unmatched", func(w http.ResponseWriter, req *http.Request) {
+	r.unmatched = r.instrument("unmatched", func(w http.ResponseWriter, req *http.Request) {
 		WriteError(w, http.StatusNotFound, "no such endpoint: "+req.URL.Path)
-	}))
+	})
+	r.mux.Handle("/", r.unmatched)
 	return r, nil
 }
 
 // Handle registers h for method on the path pattern. It panics on a
-// duplicate, like ServeMux, because that is a programming error.
+// duplicate, like ServeMux, because that is a programming error, and on a
+// subtree pattern (one ending in "/" or a {name...} wildcard): for those
+// ServeMux redirects the path without the slash with an HTML body, outside
+// the JSON conventions every response here keeps.
 func (r *Router) Handle(method, pattern string, h http.HandlerFunc) {
+	if strings.HasSuffix(pattern, "/") || strings.HasSuffix(pattern, "...}") {
+		panic("httpapi: subtree pattern " + pattern + " is not supported")
+	}
 	methods, ok := r.paths[pattern]
 	if !ok {
 		methods = map[string]http.HandlerFunc{}
@@ -136,8 +150,35 @@ func (r *Router) Routes() []Route {
 	return out
 }
 
+// ServeHTTP answers a path that is not in clean form (such as //org/acme or
+// /org/x/../acme) with a JSON 404 itself: ServeMux would answer a 307 to the
+// cleaned path (with an HTML body to a GET) without the request id. The
+// check mirrors ServeMux's own (cleanPath on the escaped path; CONNECT paths
+// are left alone), so an escaped %2E%2E stays a path segment.
 func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if req.Method != http.MethodConnect {
+		if p := req.URL.EscapedPath(); cleanPath(p) != p {
+			r.unmatched.ServeHTTP(w, req)
+			return
+		}
+	}
 	r.mux.ServeHTTP(w, req)
+}
+
+// cleanPath is net/http's cleanPath: the canonical path, "/" for an empty
+// one, with a trailing slash kept.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if p[len(p)-1] == '/' && np != "/" {
+		np += "/"
+	}
+	return np
 }
 
 // instrument wraps a handler with what every request gets: a request id,

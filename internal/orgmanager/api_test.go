@@ -76,6 +76,14 @@ func TestOrgIDs(t *testing.T) {
 		h.expectError(400, "PUT", "/org/"+long+"a", nil, "longer than 255")
 		h.expectError(400, "PUT", "/org/a%2Fb", nil, "must not contain '/'")
 		h.expectError(400, "PUT", "/org/a%00b", nil, "control character")
+		// "." and ".." are path navigation, not ids; sent escaped they get
+		// past path cleaning and are refused here.
+		h.expectError(400, "PUT", "/org/%2E", nil, `must not be "."`)
+		h.expectError(400, "PUT", "/org/%2E%2E", nil, `must not be ".."`)
+		h.expectError(400, "PATCH", "/org/%2e%2e", nil, `must not be ".."`)
+		h.expectError(400, "GET", "/org/%2E%2E/overrides", nil, `must not be ".."`)
+		h.must(200, "PUT", "/org/...", nil)
+		h.must(200, "PUT", "/org/.acme", nil)
 		// Unicode and punctuation are fine; the id comes back as sent.
 		id := "école-1.ü:x"
 		h.must(200, "PUT", "/org/"+url.PathEscape(id), nil)
@@ -106,6 +114,17 @@ func TestMethodsAndUnknownPaths(t *testing.T) {
 		}
 		for _, p := range []string{"/org", "/org/", "/org/acme/nothing", "/org/acme/overrides/10.0.0.0/8", "/nothing"} {
 			h.must(404, "GET", p, nil).errorText(t)
+		}
+		// Paths not in clean form are not redirected (the client would
+		// follow to /org/acme): a JSON 404 with the usual headers, which do
+		// checks.
+		for _, p := range []string{"//org/acme", "/org/x/../acme", "/org/./acme", "/org/acme/./overrides", "/org/..", "/org//overrides"} {
+			for _, m := range []string{"GET", "PUT", "POST"} {
+				r := h.must(404, m, p, nil)
+				if msg := r.errorText(t); msg != "no such endpoint: "+p || r.header.Get("Location") != "" {
+					t.Errorf("%s %s: %q, Location %q", m, p, msg, r.header.Get("Location"))
+				}
+			}
 		}
 	})
 }
@@ -471,6 +490,73 @@ func TestBatch(t *testing.T) {
 		h.expectError(400, "POST", "/org/acme/overrides/batch", `{}`, "missing required field: data")
 		h.expectError(400, "POST", "/org/acme/overrides/batch", `{"data":null}`, "missing required field: data")
 	})
+}
+
+// TestBatchTextTheStoreRefuses: text the database cannot hold (a NUL
+// character in an attribute or in meta.trace_id, invalid UTF-8 in meta) is
+// refused by the input checks, so in a batch it is a per-item error and the
+// other items are applied; the single POST answers 400.
+func TestBatchTextTheStoreRefuses(t *testing.T) {
+	eachDB(t, func(t *testing.T, h *harness) {
+		h.org("acme", "10.0.0.0/8")
+		bad := []struct{ item, msg string }{
+			{`{"cidr":"10.2.0.0/16","username":"a\u0000b"}`, "username contains a NUL character"},
+			{`{"cidr":"10.3.0.0/16","deviceid":"mac:\u0000"}`, "deviceid contains a NUL character"},
+			{`{"cidr":"10.4.0.0/16","location":"\u0000"}`, "location contains a NUL character"},
+			{`{"cidr":"10.5.0.0/16","meta":{"trace_id":"t\u0000"}}`, "meta.trace_id contains a NUL character"},
+			{`{"cidr":"10.5.0.0/16","meta":{"trace_\u0069d":"\u0000"}}`, "meta.trace_id contains a NUL character"},
+			{`{"cidr":"10.6.0.0/16","meta":{"x-k":"` + "\xff" + `"}}`, "meta is not valid UTF-8"},
+			{`{"cidr":"10.7.0.0/16","meta":{"trace_id":"` + "\xc3" + `"}}`, "meta is not valid UTF-8"},
+		}
+		// What the store can hold passes: a NUL escape elsewhere in meta is
+		// stored as text, and a raw invalid byte in an attribute string is
+		// decoded as U+FFFD by encoding/json.
+		good := []string{
+			`{"cidr":"10.1.0.0/16","meta":{"trace_id":"ok"}}`,
+			`{"cidr":"10.8.0.0/16","meta":{"x-k":"a\u0000b","trace_id":7}}`,
+			`{"cidr":"10.9.0.0/16","username":"` + "\xff" + `"}`,
+		}
+		items := []string{good[0]}
+		for _, b := range bad {
+			items = append(items, b.item)
+		}
+		items = append(items, good[1:]...)
+		r := h.must(200, "POST", "/org/acme/overrides/batch", `{"data":[`+strings.Join(items, ",")+`]}`)
+		var br batchResponse
+		r.decode(t, &br)
+		if br.Success || br.Processed != len(good) || br.Skipped != len(bad) || len(br.Errors) != len(bad) || r.version(t) != "3" {
+			t.Fatalf("batch result %s, version %s", r.body, r.header.Get("X-Org-Version"))
+		}
+		for i, e := range br.Errors {
+			if e.Index != i+1 || e.CIDR != nil || !strings.Contains(e.Error, bad[i].msg) {
+				t.Errorf("error %d = %+v, want index %d and %q", i, e, i+1, bad[i].msg)
+			}
+		}
+		var list map[string][]string
+		h.must(200, "GET", "/org/acme/overrides", nil).decode(t, &list)
+		if !slices.Equal(list["cidrs"], []string{"10.1.0.0/16", "10.8.0.0/16", "10.9.0.0/16"}) {
+			t.Fatalf("after batch: %v", list)
+		}
+		if _, raw := h.override("acme", "10.8.0.0/16"); metaKey(raw, "x-k") != "a\x00b" {
+			t.Errorf("meta with a NUL escape: %v", raw["meta"])
+		}
+		if o, _ := h.override("acme", "10.9.0.0/16"); o.Username != "\uFFFD" {
+			t.Errorf("username %q, want U+FFFD", o.Username)
+		}
+
+		for _, b := range bad {
+			h.expectError(400, "POST", "/org/acme/overrides", b.item, b.msg)
+		}
+		h.must(200, "GET", "/org/acme/overrides", nil).decode(t, &list)
+		if len(list["cidrs"]) != 3 {
+			t.Fatalf("a refused POST stored something: %v", list)
+		}
+	})
+}
+
+func metaKey(override map[string]any, key string) any {
+	meta, _ := override["meta"].(map[string]any)
+	return meta[key]
 }
 
 func TestBatchLimit(t *testing.T) {

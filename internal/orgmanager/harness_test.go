@@ -73,7 +73,8 @@ type response struct {
 	body   []byte
 }
 
-// do sends a request; body is sent as is when it is a string, else as JSON.
+// do sends a request; body is sent as is when it is a string or a reader
+// (a reader streams, chunked), else as JSON.
 func (h *harness) do(method, path string, body any) *response {
 	h.t.Helper()
 	var rd io.Reader
@@ -81,6 +82,8 @@ func (h *harness) do(method, path string, body any) *response {
 	case nil:
 	case string:
 		rd = strings.NewReader(b)
+	case io.Reader:
+		rd = b
 	default:
 		data, err := json.Marshal(b)
 		if err != nil {

@@ -23,16 +23,38 @@ const (
 	maxBatchItems   = 10_000
 )
 
+// Request body caps, derived from the limits above so that no legal request
+// is refused with 413.
+const (
+	// maxItemBytes is the largest legal override as a client encodes it
+	// compactly: username, deviceid and location at their limit with every
+	// byte escaped as \uXXXX (6 bytes; encoding/json's default HTML escaping
+	// writes '<' so), meta at its limit (which counts its compact text,
+	// escapes included), and 1 KiB for the cidr, the key names, "delete" and
+	// the read-only fields a client may echo back (_status, _mtime, _ctime).
+	maxItemBytes = 3*6*maxAttributeLen + maxMetaLen + 1<<10
+	// maxBatchBody caps POST /overrides/batch: a full batch of the largest
+	// items plus 1 MiB for the envelope and whitespace (about 343 MiB).
+	maxBatchBody = maxBatchItems*maxItemBytes + 1<<20
+	// maxBody caps every other body: a single override needs at most
+	// maxItemBytes, and 32 MiB of prefix patch is about a million CIDRs.
+	maxBody = 32 << 20
+)
+
 // errMissingCIDR is the batch item message for an absent cidr.
 var errMissingCIDR = errors.New("missing required field: cidr")
 
 // validOrgID checks an organisation id taken from the path: any non-empty
 // segment up to 255 bytes of printable UTF-8 (DESIGN.md §3). A decoded %2F
-// would make it more than one segment, so '/' is refused.
+// would make it more than one segment, so '/' is refused; "." and ".." (sent
+// as %2E) are not segments a client or proxy keeps as they are, since they
+// name the current and parent path.
 func validOrgID(id string) error {
 	switch {
 	case id == "":
 		return errors.New("organisation id is empty")
+	case id == "." || id == "..":
+		return fmt.Errorf("organisation id must not be %q", id)
 	case len(id) > maxOrgIDLen:
 		return fmt.Errorf("organisation id longer than %d bytes", maxOrgIDLen)
 	case !utf8.ValidString(id):
@@ -70,7 +92,10 @@ type inputError struct {
 func (e *inputError) Error() string { return e.err.Error() }
 
 // toOverride validates in the spec's order: the required cidr, its syntax,
-// length and canonical form, then the other fields.
+// length and canonical form, then the other fields. Whatever it accepts the
+// store accepts too (it runs the store's text checks, orgstore.CheckText), so
+// a batch item the store would refuse is a per-item error here instead of
+// failing the whole batch in the store.
 func (in *overrideInput) toOverride() (orgstore.Override, error) {
 	if in.CIDR == nil {
 		return orgstore.Override{}, &inputError{err: errMissingCIDR}
@@ -91,17 +116,27 @@ func (in *overrideInput) toOverride() (orgstore.Override, error) {
 		if len(*f.in) > maxAttributeLen {
 			return o, &inputError{err: fmt.Errorf("%s longer than %d bytes", f.name, maxAttributeLen)}
 		}
+		if err := orgstore.CheckText(f.name, *f.in); err != nil {
+			return o, &inputError{err: err}
+		}
 		*f.out = *f.in
 	}
 	meta, err := normaliseMeta(in.Meta)
 	if err != nil {
 		return o, &inputError{err: err}
 	}
+	// The store keeps a string meta.trace_id in a TEXT column of its own,
+	// so it is held to the same rule as the attributes.
+	if err := orgstore.CheckText("meta.trace_id", orgstore.TraceID(meta)); err != nil {
+		return o, &inputError{err: err}
+	}
 	o.Meta = meta
 	return o, nil
 }
 
-// normaliseMeta accepts a JSON object (stored compact) or null/absent.
+// normaliseMeta accepts a JSON object (stored compact) or null/absent. Like
+// orgstore's normalizeMeta it refuses invalid UTF-8: a json.RawMessage keeps
+// the request's bytes as they are, so a raw 0xff byte inside meta gets here.
 func normaliseMeta(raw json.RawMessage) (json.RawMessage, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
@@ -109,6 +144,9 @@ func normaliseMeta(raw json.RawMessage) (json.RawMessage, error) {
 	}
 	if raw[0] != '{' {
 		return nil, errors.New("meta must be a JSON object")
+	}
+	if !utf8.Valid(raw) {
+		return nil, errors.New("meta is not valid UTF-8")
 	}
 	var buf bytes.Buffer
 	if err := json.Compact(&buf, raw); err != nil {

@@ -22,10 +22,6 @@ import (
 	"github.com/svc-pf/svc-pf/internal/ranges"
 )
 
-// maxBody bounds request bodies: a full batch of 10 000 items with
-// metadata fits several times over.
-const maxBody = 32 << 20
-
 // Store is what the API needs from the source of truth.
 type Store interface {
 	PutOrg(ctx context.Context, id string) (int64, error)
@@ -114,7 +110,8 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.As(err, &overlap):
 		httpapi.WriteError(w, http.StatusUnprocessableEntity, err.Error())
 	case errors.Is(err, orgstore.ErrInvalidInput):
-		// Text the database cannot hold, such as a NUL character.
+		// Text the database cannot hold, such as a NUL character. The input
+		// checks refuse it first; this is the store's own guard.
 		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
 	default:
 		httpapi.WriteInternal(w, r, a.log, err)
@@ -211,7 +208,7 @@ func (a *API) getPrefixes(w http.ResponseWriter, r *http.Request, org string) {
 
 func (a *API) patchPrefixes(w http.ResponseWriter, r *http.Request, org string) {
 	var body prefixPatch
-	if !decode(w, r, &body) {
+	if !decode(w, r, maxBody, &body) {
 		return
 	}
 	add, remove, err := body.parse()
@@ -227,9 +224,10 @@ func (a *API) patchPrefixes(w http.ResponseWriter, r *http.Request, org string) 
 	a.written(w, org, v, http.StatusOK, successBody{true})
 }
 
-// decode reads a JSON body, answering the 4xx itself when it cannot.
-func decode(w http.ResponseWriter, r *http.Request, dst any) bool {
-	err := httpapi.DecodeJSON(w, r, maxBody, dst)
+// decode reads a JSON body of at most limit bytes, answering the 4xx itself
+// when it cannot.
+func decode(w http.ResponseWriter, r *http.Request, limit int64, dst any) bool {
+	err := httpapi.DecodeJSON(w, r, limit, dst)
 	if err == nil {
 		return true
 	}
@@ -322,7 +320,7 @@ type postOverrideBody struct {
 
 func (a *API) postOverride(w http.ResponseWriter, r *http.Request, org string) {
 	var in overrideInput
-	if !decode(w, r, &in) {
+	if !decode(w, r, maxBody, &in) {
 		return
 	}
 	o, err := in.toOverride()
@@ -376,7 +374,7 @@ type batchResult struct {
 
 func (a *API) postBatch(w http.ResponseWriter, r *http.Request, org string) {
 	var body batchBody
-	if !decode(w, r, &body) {
+	if !decode(w, r, maxBatchBody, &body) {
 		return
 	}
 	if body.Data == nil {

@@ -146,7 +146,7 @@ func valueEnd(b []byte, i int) int {
 
 // checkText rejects strings PostgreSQL cannot store in a TEXT column, so both
 // dialects accept and refuse the same input.
-func checkText(field, v string) error {
+func CheckText(field, v string) error {
 	if !utf8.ValidString(v) {
 		return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalidInput, field)
 	}
@@ -159,5 +159,5 @@ func checkText(field, v string) error {
 // validOrgID follows DESIGN.md §3: any non-empty path segment up to 255 bytes.
 // An id the store cannot hold cannot exist, so readers map it to not-found.
 func validOrgID(id string) bool {
-	return id != "" && len(id) <= 255 && checkText("org id", id) == nil
+	return id != "" && len(id) <= 255 && CheckText("org id", id) == nil
 }

@@ -13,7 +13,7 @@ import (
 func (s *Store) PutOrg(ctx context.Context, id string) (int64, error) {
 	defer s.cache.invalidate(id) // after the commit: see overrideCache
 	if !validOrgID(id) {
-		if err := checkText("org id", id); err != nil {
+		if err := CheckText("org id", id); err != nil {
 			return 0, err
 		}
 		return 0, fmt.Errorf("%w: org id must be 1 to 255 bytes", ErrInvalidInput)

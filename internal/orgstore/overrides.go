@@ -170,7 +170,7 @@ func newUpsertRow(o *Override) (upsertRow, error) {
 	for _, f := range [...]struct{ name, v string }{
 		{"username", o.Username}, {"deviceid", o.DeviceID}, {"location", o.Location},
 	} {
-		if err := checkText(f.name, f.v); err != nil {
+		if err := CheckText(f.name, f.v); err != nil {
 			return upsertRow{}, err
 		}
 	}
@@ -179,7 +179,7 @@ func newUpsertRow(o *Override) (upsertRow, error) {
 		return upsertRow{}, err
 	}
 	traceID := TraceID(meta)
-	if err := checkText("meta.trace_id", traceID); err != nil {
+	if err := CheckText("meta.trace_id", traceID); err != nil {
 		return upsertRow{}, err
 	}
 	r := upsertRow{
