@@ -106,6 +106,10 @@ type SessionsConfig struct {
 	Bucket        string        `yaml:"bucket"`
 	Replicas      int           `yaml:"replicas"`
 	SweepInterval time.Duration `yaml:"sweep_interval"`
+	// PurgeDeletesAfter: how old a KV delete marker must be before the IP
+	// Mapper purges it; keep it well above any node's watch lag. Negative
+	// disables the purge.
+	PurgeDeletesAfter time.Duration `yaml:"purge_deletes_after"`
 }
 
 // IPMapperConfig is the IP Mapper's whole configuration file.
@@ -121,7 +125,7 @@ func DefaultIPMapperConfig() IPMapperConfig {
 	return IPMapperConfig{
 		HTTP:     httpapi.Config{Address: "127.0.0.1:8083"},
 		Log:      LogConfig{Level: "info"},
-		Sessions: SessionsConfig{Bucket: "sessions", Replicas: 1, SweepInterval: time.Second},
+		Sessions: SessionsConfig{Bucket: "sessions", Replicas: 1, SweepInterval: time.Second, PurgeDeletesAfter: 24 * time.Hour},
 	}
 }
 

@@ -74,7 +74,7 @@ func StartIPMapper(cfg IPMapperConfig, nc *nats.Conn, v Version, log *slog.Logge
 	log = log.With("service", "ipmapper")
 	reg := newRegistry()
 	svc, err := ipmapper.New(ipmapper.Config{Conn: nc, Bucket: cfg.Sessions.Bucket, Replicas: cfg.Sessions.Replicas,
-		SweepInterval: cfg.Sessions.SweepInterval, Logger: log, Registerer: reg})
+		SweepInterval: cfg.Sessions.SweepInterval, PurgeDeletesAfter: cfg.Sessions.PurgeDeletesAfter, Logger: log, Registerer: reg})
 	if err != nil {
 		return nil, err
 	}

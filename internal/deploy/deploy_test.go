@@ -225,6 +225,37 @@ func sameSet(a, b []string) bool {
 	return slices.Equal(a, b)
 }
 
+// TestIPv4MappedPrefixesPublishIPv4: the API accepts ::ffff:a.b.c.d/n as an
+// IPv6 CIDR; the IP Mapper holds addresses only in their IPv4 form.
+func TestIPv4MappedPrefixesPublishIPv4(t *testing.T) {
+	f := newFixture(t, Config{})
+	f.org("acme", "::ffff:10.0.0.0/104", "::ffff:11.1.0.0/112")
+	f.put("acme", "::ffff:10.0.1.0/120", "u", "")
+	f.settle("acme")
+	var allocs []string
+	for _, d := range f.pub.all() {
+		for _, s := range d.Set {
+			allocs = append(allocs, fmt.Sprint(s.Allocations))
+			if err := s.Validate(); err != nil {
+				t.Fatalf("published session the IP Mapper refuses: %v", err)
+			}
+		}
+	}
+	slices.Sort(allocs)
+	allocs = slices.Compact(allocs)
+	if want := []string{"[10.0.0.0/8]", "[10.0.1.0/24]", "[11.1.0.0/16]"}; !slices.Equal(allocs, want) {
+		t.Fatalf("allocations %v, want %v", allocs, want)
+	}
+	if _, err := f.store.UpdatePrefixes(f.ctx(), "acme", nil, []netip.Prefix{netip.MustParsePrefix("::ffff:11.1.0.0/112")}); err != nil {
+		t.Fatal(err)
+	}
+	f.d.Notify("acme")
+	f.settle("acme")
+	if got := fmt.Sprint(f.pub.last().CleanSubnets); got != "[11.1.0.0/16]" {
+		t.Fatalf("released subnets %s, want [11.1.0.0/16]", got)
+	}
+}
+
 func TestReleasedSubnetsKeepCoveredSpace(t *testing.T) {
 	p := netip.MustParsePrefix
 	got := releasedSubnets([]netip.Prefix{p("10.0.0.0/8"), p("10.1.0.0/16"), p("2001:db8::/32")}, []netip.Prefix{p("10.0.0.0/8")})

@@ -46,7 +46,7 @@ func Compute(org string, v orgstore.View) *Snapshot {
 		}
 		covered.AddPrefix(o.CIDR)
 		id := session.NewID(org, o.CIDR, o.Username, o.DeviceID, o.Location)
-		sessions[id] = session.Session{ID: id, Org: org, Allocations: []netip.Prefix{o.CIDR},
+		sessions[id] = session.Session{ID: id, Org: org, Allocations: []netip.Prefix{allocation(o.CIDR)},
 			Username: o.Username, DeviceID: o.DeviceID, Location: o.Location, TraceID: o.TraceID}
 	}
 	overridden, _ := covered.IPSet()
@@ -55,7 +55,7 @@ func Compute(org string, v orgstore.View) *Snapshot {
 			continue // every address resolves to an override
 		}
 		id := session.NewID(org, p, "", "", "")
-		sessions[id] = session.Session{ID: id, Org: org, Allocations: []netip.Prefix{p}}
+		sessions[id] = session.Session{ID: id, Org: org, Allocations: []netip.Prefix{allocation(p)}}
 	}
 	return &Snapshot{Version: v.Version, Prefixes: v.Prefixes, Ranges: EffectiveRanges(v), Sessions: sessions}
 }
@@ -104,7 +104,22 @@ func releasedSubnets(before, now []netip.Prefix) []netip.Prefix {
 		b.RemovePrefix(p)
 	}
 	set, _ := b.IPSet()
-	return set.Prefixes()
+	out := set.Prefixes()
+	for i, p := range out {
+		out[i] = allocation(p)
+	}
+	return out
+}
+
+// allocation is p as the IP Mapper and every node hold it: an IPv4-mapped
+// IPv6 prefix (::ffff:a.b.c.d/n, a valid CIDR for the API) in its IPv4
+// form, which is how lookups see those addresses. The session id keeps the
+// CIDR as written. A masked IPv4-mapped prefix always has n ≥ 96.
+func allocation(p netip.Prefix) netip.Prefix {
+	if a := p.Addr(); a.Is4In6() {
+		return netip.PrefixFrom(a.Unmap(), p.Bits()-96)
+	}
+	return p
 }
 
 func sortedSessions(m map[string]session.Session) []session.Session {

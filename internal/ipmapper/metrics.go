@@ -26,6 +26,7 @@ type metrics struct {
 	loadDuration   prometheus.Gauge
 	loadSkipped    prometheus.Counter
 	kvWriteErrors  prometheus.Counter
+	markersPurged  prometheus.Counter
 	stored         prometheus.GaugeFunc
 }
 
@@ -56,11 +57,15 @@ func newMetrics(reg prometheus.Registerer, sessions func() float64) (*metrics, e
 		}),
 		loadSkipped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "svcpf_ipmapper_load_skipped_total",
-			Help: "KV entries skipped at load because they did not decode as a session.",
+			Help: "KV entries skipped at load because they are not a valid session (undecodable, id not their key, or refused by validation).",
 		}),
 		kvWriteErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "svcpf_ipmapper_kv_write_errors_total",
 			Help: "KV puts and deletes that failed; the request that caused them got an error.",
+		}),
+		markersPurged: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "svcpf_ipmapper_delete_markers_purged_total",
+			Help: "KV delete markers of removed sessions purged from the bucket once old enough.",
 		}),
 	}
 	m.stored = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -68,7 +73,7 @@ func newMetrics(reg prometheus.Registerer, sessions func() float64) (*metrics, e
 		Help: "Sessions in the table.",
 	}, sessions)
 	for _, c := range []prometheus.Collector{
-		m.requests, m.duration, m.sessionsSet, removed, m.loadDuration, m.loadSkipped, m.kvWriteErrors, m.stored,
+		m.requests, m.duration, m.sessionsSet, removed, m.loadDuration, m.loadSkipped, m.kvWriteErrors, m.markersPurged, m.stored,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

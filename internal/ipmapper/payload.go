@@ -287,7 +287,13 @@ func (r *CleanSessionsRequest) mode() (cleanMode, error) {
 		if !p.IsValid() {
 			return 0, fmt.Errorf("subnets[%d] is not a valid prefix", i)
 		}
-		r.Subnets[i] = p.Masked()
+		p = p.Masked()
+		// No allocation is IPv4-mapped (session.Validate), so such a
+		// subnet would silently select nothing.
+		if p.Addr().Is4In6() {
+			return 0, fmt.Errorf("subnets[%d] %s: IPv4-mapped IPv6 subnet; use the IPv4 form", i, p)
+		}
+		r.Subnets[i] = p
 	}
 	return cleanBySubnets, nil
 }

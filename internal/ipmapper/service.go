@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -46,6 +47,13 @@ type Config struct {
 	SweepInterval time.Duration
 	// WriteTimeout bounds the wait for the KV acks of one request; default 5s.
 	WriteTimeout time.Duration
+	// PurgeDeletesAfter is the age at which the KV delete markers that
+	// removed sessions leave behind are purged from the bucket; default
+	// 24h, negative never purges. The purge runs every PurgeDeletesAfter,
+	// but at least hourly, so a marker lives at most PurgeDeletesAfter plus
+	// one interval. Nodes do not need old markers: a node that was away
+	// when one was purged drops the session when it reconciles on resuming.
+	PurgeDeletesAfter time.Duration
 	// Logger; nil discards.
 	Logger *slog.Logger
 	// Registerer receives the metrics; nil registers them nowhere.
@@ -70,11 +78,16 @@ type Service struct {
 	store    *store               // set by Start
 	svc      micro.Service
 
-	started   atomic.Bool
-	ctx       context.Context // lives from Start to Stop; bounds KV writes
-	cancel    context.CancelFunc
-	sweepDone chan struct{}
+	started atomic.Bool
+	ctx     context.Context // lives from Start to Stop; bounds KV writes
+	cancel  context.CancelFunc
+	loops   sync.WaitGroup // the sweeper and the marker purger
 }
+
+// defaultPurgeDeletesAfter is Config.PurgeDeletesAfter's default: long
+// enough that a marker is seen by every node that is merely reconnecting,
+// short enough that a bucket with much churn does not accumulate them.
+const defaultPurgeDeletesAfter = 24 * time.Hour
 
 // New checks cfg and prepares a Service; Start brings it up.
 func New(cfg Config) (*Service, error) {
@@ -98,6 +111,9 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.WriteTimeout == 0 {
 		cfg.WriteTimeout = 5 * time.Second
+	}
+	if cfg.PurgeDeletesAfter == 0 {
+		cfg.PurgeDeletesAfter = defaultPurgeDeletesAfter
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -203,8 +219,10 @@ func (s *Service) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("ipmapper: flush subscriptions: %w", err)
 	}
 	s.svc = svc
-	s.sweepDone = make(chan struct{})
-	go s.sweepLoop()
+	s.loops.Go(s.sweepLoop)
+	if s.cfg.PurgeDeletesAfter > 0 {
+		s.loops.Go(s.purgeLoop)
+	}
 	s.ready.Store(true)
 	return nil
 }
@@ -224,9 +242,7 @@ func (s *Service) Stop() error {
 		err = s.svc.Stop()
 	}
 	s.cancel()
-	if s.sweepDone != nil {
-		<-s.sweepDone
-	}
+	s.loops.Wait()
 	return err
 }
 
@@ -469,7 +485,7 @@ func (s *Service) getSessions(_ context.Context, data []byte) ([]byte, string, e
 			found = append(found, e)
 		}
 	case "ip":
-		if e, ok := ix.LookupIP(q.ip); ok {
+		if e, ok := lookupLive(ix, q.ip, now); ok {
 			found = append(found, e)
 		}
 	case "org":
@@ -489,7 +505,8 @@ func (s *Service) getSessions(_ context.Context, data []byte) ([]byte, string, e
 
 	// Encoded by hand so the page can stop where the next session would
 	// push the reply over the connection's maximum payload.
-	budget := int(s.cfg.Conn.MaxPayload()) - replyOverhead
+	maxPayload := int(s.cfg.Conn.MaxPayload())
+	budget := maxPayload - replyOverhead
 	var buf strings.Builder
 	buf.WriteString(`{"sessions":[`)
 	next := ""
@@ -514,6 +531,15 @@ func (s *Service) getSessions(_ context.Context, data []byte) ([]byte, string, e
 		buf.Write(nb)
 	}
 	buf.WriteString(`}`)
+	// Only a page's first session is written without checking the budget
+	// (a page holds at least one), so only it can make the reply too large
+	// to send. Sending it anyway would fail in Respond and leave the client
+	// waiting for its timeout; an error reply says what is wrong, and a
+	// success reply carries no headers, so the real limit is the payload.
+	if buf.Len() > maxPayload {
+		return nil, "", fmt.Errorf("session %s is too large for a get-sessions reply: %d bytes, the NATS max payload is %d",
+			live[0].ID(), buf.Len(), maxPayload)
+	}
 	return []byte(buf.String()), resultOK, nil
 }
 
@@ -539,16 +565,32 @@ func (s *Service) cleanSessions(ctx context.Context, data []byte) ([]byte, strin
 		for _, p := range req.Subnets {
 			subnets.Insert(p, struct{}{})
 		}
+		// "Within": an allocation is selected when a subnet contains it
+		// (LookupPrefix finds a subnet equal to or shorter than it that
+		// covers it). A subnet inside a wider allocation does not select
+		// it: the orgmanager cleans by the subnets it removed, and a
+		// session whose allocation only overlaps one still has addresses
+		// in the organisation's remaining prefixes.
+		inSubnet := func(a netip.Prefix) bool {
+			_, ok := subnets.LookupPrefix(a)
+			return ok
+		}
 		for _, e := range ix.ByOrg(req.Org) {
-			if slices.ContainsFunc(e.Allocations(), subnets.OverlapsPrefix) {
+			if slices.ContainsFunc(e.Allocations(), inSubnet) {
 				ids = append(ids, e.ID())
 			}
 		}
 	case cleanByIDs:
 		seen := make(map[string]bool, len(req.IDs))
+		var unknown []string
 		for _, id := range req.IDs {
+			if seen[id] {
+				continue
+			}
+			seen[id] = true
 			e, ok := ix.Get(id)
-			if !ok || seen[id] {
+			if !ok {
+				unknown = append(unknown, id)
 				continue
 			}
 			if req.Org != "" && e.Org() != req.Org {
@@ -556,18 +598,93 @@ func (s *Service) cleanSessions(ctx context.Context, data []byte) ([]byte, strin
 				// wrong, and removing the rest would act on that wrong view.
 				return nil, "", invalidf("%v: session %s is not in org %q", ErrOtherOrg, id, req.Org)
 			}
-			seen[id] = true
 			ids = append(ids, id)
 		}
+		// An id the table does not hold may still be in the bucket: a
+		// write whose failure was reported can have landed after all
+		// (reconcile could not re-read it while NATS was away). Every node
+		// serves such a value, so it is deleted too; it is not counted,
+		// as the table never held it.
+		stray, err := s.strayKeys(ctx, unknown, req.Org)
+		if err != nil {
+			return nil, "", fmt.Errorf("removed 0 of %d sessions: %w", len(ids), err)
+		}
+		ids = append(ids, stray...)
 	}
 
 	removed, err := s.remove(ctx, ids)
-	s.metrics.removedClean.Add(float64(len(removed)))
-	if err != nil {
-		return nil, "", fmt.Errorf("removed %d of %d sessions, then: %w", len(removed), len(ids), err)
+	held := 0
+	for _, id := range removed {
+		if _, ok := ix.Get(id); ok {
+			held++
+		}
 	}
-	body, err := marshalReply(CleanSessionsReply{Removed: len(removed)})
+	s.metrics.removedClean.Add(float64(held))
+	if err != nil {
+		total := 0
+		for _, id := range ids {
+			if _, ok := ix.Get(id); ok {
+				total++
+			}
+		}
+		return nil, "", fmt.Errorf("removed %d of %d sessions, then: %w", held, total, err)
+	}
+	body, err := marshalReply(CleanSessionsReply{Removed: held})
 	return body, resultOK, err
+}
+
+// strayCheckWorkers bounds the concurrent reads of strayKeys: a long list
+// of unknown ids (a retried clean whose first attempt went through) costs
+// a few round trips of waiting, not one per id.
+const strayCheckWorkers = 16
+
+// strayKeys returns those of ids (none held by the table) that the bucket
+// still holds a value for, in order. With org set, a value is returned
+// only if it is a session of org: the caller named the ids as that org's,
+// and a stray value of another org (or one that is not a session at all)
+// is left for an operator rather than deleted on that claim.
+//
+// Checked with a read rather than deleted blindly: a blind delete would
+// send a delete to every node's watch and leave a marker in the bucket for
+// each id that was never stored (a retried clean, a caller's stale list),
+// while a read costs one round trip here and strays are rare. Called with
+// mu held, so no write of these ids can come in between.
+func (s *Service) strayKeys(ctx context.Context, ids []string, org string) ([]string, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	found := make([]bool, len(ids))
+	errs := make([]error, len(ids))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(len(ids), strayCheckWorkers) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(ids) || ctx.Err() != nil {
+					return
+				}
+				found[i], errs[i] = s.store.holds(ctx, ids[i], org)
+			}
+		})
+	}
+	wg.Wait()
+	var stray []string
+	for i, id := range ids {
+		if errs[i] != nil {
+			return nil, fmt.Errorf("check session %s in the bucket: %w", id, errs[i])
+		}
+		if found[i] {
+			stray = append(stray, id)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("check unknown sessions in the bucket: %w", err)
+	}
+	if len(stray) > 0 {
+		s.log.Warn("clean-sessions: deleting sessions the table did not hold but the bucket did", "count", len(stray))
+	}
+	return stray, nil
 }
 
 // remove deletes ids from the bucket and then from the table, keeping the
@@ -628,7 +745,12 @@ func (s *Service) reconcile(ids []string) {
 			break
 		}
 		var stored session.Session
-		if err := json.Unmarshal(e.Value(), &stored); err != nil || stored.ID != id {
+		if err := json.Unmarshal(e.Value(), &stored); err != nil || stored.ID != id || stored.Validate() != nil {
+			// Every node drops a key whose value it cannot use as a
+			// session; so does the table.
+			if _, ok := ix.Get(id); ok {
+				deletes = append(deletes, id)
+			}
 			continue
 		}
 		if cur, ok := ix.Get(id); !ok || !sameContent(cur.Session(), &stored) || !cur.UpdatedAt().Equal(stored.UpdatedAt) {
@@ -642,7 +764,6 @@ func (s *Service) reconcile(ids []string) {
 }
 
 func (s *Service) sweepLoop() {
-	defer close(s.sweepDone)
 	t := time.NewTicker(s.cfg.SweepInterval)
 	defer t.Stop()
 	for {
@@ -680,4 +801,46 @@ func (s *Service) sweep() (int, error) {
 	removed, err := s.remove(ctx, ids)
 	s.metrics.removedExpired.Add(float64(len(removed)))
 	return len(removed), err
+}
+
+// purgeTimeout bounds one purge run: listing the bucket's keys (headers
+// only) and one purge request per old marker.
+const purgeTimeout = 5 * time.Minute
+
+func (s *Service) purgeLoop() {
+	t := time.NewTicker(min(s.cfg.PurgeDeletesAfter, time.Hour))
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+			// Markers carry the server's timestamp, so their age is measured
+			// on the wall clock, not on Config.Clock.
+			n, err := s.purgeDeletes(time.Now().Add(-s.cfg.PurgeDeletesAfter))
+			switch {
+			case err != nil:
+				s.log.Warn("purge old delete markers", "purged", n, "err", err)
+			case n > 0:
+				s.log.Info("purged old delete markers", "purged", n)
+			}
+		}
+	}
+}
+
+// purgeDeletes removes from the bucket the delete markers created before
+// cutoff. It does not take mu: each purge is bounded by its marker's
+// sequence (see store.purgeMarkers), so a write of the same key made
+// meanwhile is never lost, and the table, which holds no removed ids, is
+// not involved.
+func (s *Service) purgeDeletes(cutoff time.Time) (int, error) {
+	ctx, cancel := context.WithTimeout(s.ctx, purgeTimeout)
+	defer cancel()
+	markers, err := s.store.deleteMarkers(ctx, cutoff)
+	if err != nil {
+		return 0, err
+	}
+	n, err := s.store.purgeMarkers(ctx, markers)
+	s.metrics.markersPurged.Add(float64(n))
+	return n, err
 }

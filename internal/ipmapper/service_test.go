@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
@@ -293,6 +294,7 @@ func TestErrorReplyFormat(t *testing.T) {
 		{SubjectCleanSessions, `{"org":"a","revision_below":-1}`, "positive"},
 		{SubjectCleanSessions, `{"ids":["a/b"]}`, "invalid session id"},
 		{SubjectCleanSessions, `{"org":"a","subnets":["10.0.0.0/33"]}`, "invalid JSON"},
+		{SubjectCleanSessions, `{"org":"a","subnets":["10.0.0.0/8","::ffff:10.0.0.0/104"]}`, "IPv4-mapped IPv6 subnet; use the IPv4 form"},
 	} {
 		msg, err := f.bus.nc.Request(tc.subject, []byte(tc.body), 10*time.Second)
 		if err != nil {
@@ -535,8 +537,15 @@ func TestCleanSessionsModes(t *testing.T) {
 		{"all of an org", CleanRequest{Org: "a", All: true}, []string{"a1", "a2", "a3", "a4"}},
 		{"revision below", CleanRequest{Org: "a", RevisionBelow: 3}, []string{"a1", "a2"}},
 		{"revision below, none", CleanRequest{Org: "a", RevisionBelow: 1}, nil},
-		{"subnet inside an allocation", CleanRequest{Org: "a", Subnets: []netip.Prefix{mustPrefix("10.8.3.0/24")}}, []string{"a3"}},
+		// Decision: "within subnets" is containment. An allocation wider
+		// than the subnet only overlaps it and is not selected; one equal
+		// to it or inside it is, and any one such allocation selects the
+		// session.
+		{"subnet inside an allocation selects nothing", CleanRequest{Org: "a", Subnets: []netip.Prefix{mustPrefix("10.8.3.0/24")}}, nil},
+		{"subnet equal to an allocation", CleanRequest{Org: "a", Subnets: []netip.Prefix{mustPrefix("10.8.0.0/16")}}, []string{"a3"}},
 		{"subnet covering allocations, other org untouched", CleanRequest{Org: "a", Subnets: []netip.Prefix{mustPrefix("10.0.0.0/23")}}, []string{"a1", "a2"}},
+		{"one allocation of several inside", CleanRequest{Org: "a", Subnets: []netip.Prefix{mustPrefix("10.0.1.0/24")}}, []string{"a2"}},
+		{"several subnets, one with an allocation inside", CleanRequest{Org: "a", Subnets: []netip.Prefix{mustPrefix("10.8.0.0/17"), mustPrefix("10.0.0.0/16")}}, []string{"a1", "a2"}},
 		{"v6 subnet", CleanRequest{Org: "a", Subnets: []netip.Prefix{mustPrefix("2001:db8::/32")}}, []string{"a2"}},
 		{"subnet with host bits is masked", CleanRequest{Org: "a", Subnets: []netip.Prefix{mustPrefix("10.0.0.77/24")}}, []string{"a1"}},
 		{"disjoint subnet", CleanRequest{Org: "a", Subnets: []netip.Prefix{mustPrefix("192.168.0.0/16")}}, nil},
@@ -884,6 +893,9 @@ func TestConfigChecks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if svc.cfg.PurgeDeletesAfter != 24*time.Hour {
+		t.Errorf("PurgeDeletesAfter default %v, want 24h", svc.cfg.PurgeDeletesAfter)
+	}
 	if err := svc.Start(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
@@ -948,5 +960,433 @@ func TestStartCanBeRetried(t *testing.T) {
 	defer svc.Stop()
 	if !svc.Ready() {
 		t.Fatal("not ready after Start")
+	}
+}
+
+// TestWriteDuringDisconnectFailsAndNeverLands: a set-session while NATS is
+// away fails, and nothing of it reaches the bucket once NATS is back (the
+// connection keeps no reconnect buffer to flush it later).
+func TestWriteDuringDisconnectFailsAndNeverLands(t *testing.T) {
+	b := startBus(t)
+	f := startFixtureOn(t, b, func(c *Config) { c.WriteTimeout = 2 * time.Second })
+	ctx := ctxT(t)
+	port := b.srv.Port()
+	b.srv.Shutdown()
+	eventually(t, "the client to notice the outage", func() bool { return b.nc.Status() != nats.CONNECTED })
+
+	body, _ := json.Marshal(SetSessionRequest{Session: session.Session{ID: "late", Org: "a"}})
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if _, _, err := f.svc.setSession(wctx, body); err == nil || !strings.Contains(err.Error(), "store session late") {
+		t.Fatalf("set-session while NATS is down: %v, want a store error", err)
+	}
+
+	srv, err := natsbusRestart(b.dir, port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.srv = srv
+	eventually(t, "the IP Mapper to answer again", func() bool {
+		_, err := f.client.SetSession(ctx, session.Session{ID: "after", Org: "a"}, 0)
+		return err == nil
+	})
+	// "after" went through the same connection later, so a buffered "late"
+	// would be in the bucket by now.
+	if _, err := kvOf(t, b.nc).Get(ctx, "late"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("write that failed during the outage is in the bucket: %v", err)
+	}
+	if list, _ := f.client.GetSessions(ctx, Query{ID: "late"}); len(list) != 0 {
+		t.Fatalf("failed write in the table: %+v", list)
+	}
+}
+
+// TestCleanByIDsDeletesStrayBucketKeys: ids the table does not hold are
+// deleted from the bucket when it holds them (a failed write that landed),
+// without being counted; ids nowhere get no delete marker.
+func TestCleanByIDsDeletesStrayBucketKeys(t *testing.T) {
+	f := startFixture(t, nil)
+	ctx := ctxT(t)
+	if _, err := f.client.SetSessionBatch(ctx, []session.Session{{ID: "a1", Org: "a"}, {ID: "b1", Org: "b"}}); err != nil {
+		t.Fatal(err)
+	}
+	kv := kvOf(t, f.bus.nc)
+	// Written behind the IP Mapper's back, as a write whose failure was
+	// reported but which landed later would be.
+	for _, s := range []session.Session{{ID: "stray-a", Org: "a"}, {ID: "stray-b", Org: "b"}} {
+		v, _ := json.Marshal(s)
+		if _, err := kv.Put(ctx, s.ID, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := kv.Put(ctx, "stray-garbage", []byte("{not json")); err != nil {
+		t.Fatal(err)
+	}
+	inBucket := func(id string) bool {
+		_, err := kv.Get(ctx, id)
+		if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			t.Fatal(err)
+		}
+		return err == nil
+	}
+
+	// A held id of another org still refuses the whole request, strays
+	// included.
+	_, err := f.client.CleanSessions(ctx, CleanRequest{Org: "a", IDs: []string{"b1", "stray-a"}})
+	var re *RemoteError
+	if !errors.As(err, &re) || re.Code != 400 || !strings.Contains(re.Message, "not in org") {
+		t.Fatalf("want 400 org mismatch, got %v", err)
+	}
+	if !inBucket("stray-a") || !inBucket("b1") {
+		t.Fatal("a refused clean deleted something")
+	}
+
+	// With an org, only a stray session of that org is deleted.
+	n, err := f.client.CleanSessions(ctx, CleanRequest{Org: "a", IDs: []string{"stray-b", "stray-garbage", "stray-a", "a1"}})
+	if err != nil || n != 1 {
+		t.Fatalf("removed %d, %v; want 1 (a1; strays are not counted)", n, err)
+	}
+	for id, want := range map[string]bool{"a1": false, "stray-a": false, "stray-b": true, "stray-garbage": true, "b1": true} {
+		if got := inBucket(id); got != want {
+			t.Errorf("%s in the bucket: %v, want %v", id, got, want)
+		}
+	}
+
+	// Without an org, any stray value goes; an id that is nowhere costs no
+	// delete marker.
+	n, err = f.client.CleanSessions(ctx, CleanRequest{IDs: []string{"never", "stray-b", "stray-garbage"}})
+	if err != nil || n != 0 {
+		t.Fatalf("removed %d, %v; want 0", n, err)
+	}
+	if inBucket("stray-b") || inBucket("stray-garbage") {
+		t.Fatal("stray values left in the bucket")
+	}
+	if _, err := kv.History(ctx, "never"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("an id that was never stored got a delete marker: %v", err)
+	}
+	if v := metricValue(f.svc.metrics.removedClean); v != 1 {
+		t.Fatalf("removed_total{clean} = %v, want 1", v)
+	}
+	if v := metricValue(f.svc.metrics.stored); v != 1 {
+		t.Fatalf("table holds %v sessions, want 1 (b1)", v)
+	}
+}
+
+// TestGetSessionsByIPSkipsExpiredWinner: an expired session not swept yet
+// must not hide the next session covering the address.
+func TestGetSessionsByIPSkipsExpiredWinner(t *testing.T) {
+	f := startFixture(t, nil)
+	ctx := ctxT(t)
+	set := func(s session.Session, ttl time.Duration) {
+		t.Helper()
+		if _, err := f.client.SetSession(ctx, s, ttl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set(session.Session{ID: "wide", Org: "o", Allocations: []netip.Prefix{mustPrefix("10.0.0.0/8")}}, 0)
+	set(session.Session{ID: "mid", Org: "o", Allocations: []netip.Prefix{mustPrefix("10.1.0.0/16")}}, 2*time.Minute)
+	set(session.Session{ID: "narrow", Org: "o", Allocations: []netip.Prefix{mustPrefix("10.1.2.0/24")}}, time.Minute)
+	// Two holders of one prefix: the later one answers while it lives.
+	set(session.Session{ID: "older", Org: "o", Allocations: []netip.Prefix{mustPrefix("192.0.2.0/24")}}, 0)
+	set(session.Session{ID: "newer", Org: "o", Allocations: []netip.Prefix{mustPrefix("192.0.2.0/24")}}, time.Minute)
+	set(session.Session{ID: "alone", Org: "o", Allocations: []netip.Prefix{mustPrefix("2001:db8::/64")}}, time.Minute)
+
+	check := func(when string, want map[string]string) {
+		t.Helper()
+		for ip, id := range want {
+			list, err := f.client.GetSessions(ctx, Query{IP: netip.MustParseAddr(ip)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := ""
+			if len(list) == 1 {
+				got = list[0].ID
+			}
+			if len(list) > 1 || got != id {
+				t.Errorf("%s: %s → %+v, want %q", when, ip, list, id)
+			}
+		}
+	}
+	check("before expiry", map[string]string{"10.1.2.3": "narrow", "10.1.9.9": "mid", "192.0.2.7": "newer", "2001:db8::1": "alone"})
+	f.clock.Advance(90 * time.Second)
+	check("narrow expired", map[string]string{"10.1.2.3": "mid", "10.1.9.9": "mid", "192.0.2.7": "older", "2001:db8::1": ""})
+	f.clock.Advance(time.Minute)
+	check("mid expired too", map[string]string{"10.1.2.3": "wide", "10.1.9.9": "wide", "192.0.2.7": "older"})
+	// Nothing was swept: the answers came from the table with the expired
+	// sessions still in it.
+	if v := metricValue(f.svc.metrics.stored); v != 6 {
+		t.Fatalf("table holds %v sessions, want 6", v)
+	}
+}
+
+// TestGetSessionsOversizedSessionIsAnError stores a session that fits in
+// the bucket but not, with the reply's envelope, in a NATS message: the
+// request must get a 500 at once, not a timeout.
+func TestGetSessionsOversizedSessionIsAnError(t *testing.T) {
+	f := startFixture(t, nil)
+	ctx := ctxT(t)
+	maxPayload := int(f.bus.nc.MaxPayload())
+	// Built from two set-sessions (each request fits in a message; the
+	// merged session is larger than either), sized exactly: valueSize
+	// bytes of JSON in the bucket.
+	build := func(id string, valueSize int) {
+		t.Helper()
+		want := session.Session{ID: id, Org: "o", Allocations: []netip.Prefix{}, Username: strings.Repeat("u", maxPayload/2), UpdatedAt: f.clock.Now()}
+		base, _ := json.Marshal(want)
+		want.Location = strings.Repeat("l", valueSize-len(base)-len(`,"location":""`))
+		if v, _ := json.Marshal(want); len(v) != valueSize {
+			t.Fatalf("test arithmetic: value is %d bytes, want %d", len(v), valueSize)
+		}
+		if _, err := f.client.SetSession(ctx, session.Session{ID: id, Org: "o", Username: want.Username}, 0); err != nil {
+			t.Fatal(err)
+		}
+		got, err := f.client.SetSession(ctx, session.Session{ID: id, Org: "o", Location: want.Location}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := kvOf(t, f.bus.nc).Get(ctx, id)
+		if err != nil || len(e.Value()) != valueSize || got.Location != want.Location {
+			t.Fatalf("stored %d bytes (%v), want %d", len(e.Value()), err, valueSize)
+		}
+	}
+	// Over the page budget but within a message: still answered.
+	build("fits", maxPayload-replyOverhead/2)
+	// `{"sessions":[` + value + `]}` is one byte more than a message.
+	build("huge", maxPayload-14)
+
+	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if list, err := f.client.GetSessions(qctx, Query{ID: "fits"}); err != nil || len(list) != 1 {
+		t.Fatalf("session within a message: %d sessions, %v", len(list), err)
+	}
+	for _, q := range []Query{{ID: "huge"}, {Org: "o"}} { // by org: "fits" on page 1, then "huge"
+		_, err := f.client.GetSessions(qctx, q)
+		var re *RemoteError
+		if !errors.As(err, &re) || re.Code != 500 || !strings.Contains(re.Message, "session huge is too large for a get-sessions reply") {
+			t.Fatalf("%+v: want a 500 naming the session, got %v", q, err)
+		}
+	}
+	if v := metricValue(f.svc.metrics.requests.WithLabelValues(CmdGetSessions, resultError)); v != 2 {
+		t.Fatalf("get-sessions error results = %v, want 2", v)
+	}
+}
+
+// TestReloadSkipsInvalidSessions: values session.Validate refuses (which
+// every node skips too) are skipped at load, counted, and left in the
+// bucket.
+func TestReloadSkipsInvalidSessions(t *testing.T) {
+	b := startBus(t)
+	ctx := ctxT(t)
+	js, err := jetstream.New(b.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: session.Bucket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, value := range map[string]string{
+		"good":     `{"id":"good","org":"o","allocations":["10.9.0.0/16"]}`,
+		"mapped":   `{"id":"mapped","org":"o","allocations":["::ffff:10.0.0.0/104"]}`,
+		"hostbits": `{"id":"hostbits","org":"o","allocations":["10.1.0.1/16"]}`,
+		"noorg":    `{"id":"noorg","org":"","allocations":["10.2.0.0/16"]}`,
+		"otherkey": `{"id":"good","org":"o"}`,
+	} {
+		if _, err := kv.Put(ctx, key, []byte(value)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := startFixtureOn(t, b, nil)
+	if v := metricValue(f.svc.metrics.loadSkipped); v != 4 {
+		t.Fatalf("load skipped %v, want 4", v)
+	}
+	list, err := f.client.GetSessions(ctx, Query{Org: "o"})
+	if err != nil || len(list) != 1 || list[0].ID != "good" {
+		t.Fatalf("table after load: %+v, %v", list, err)
+	}
+	for _, ip := range []string{"10.0.0.1", "10.1.0.1", "10.2.0.1"} {
+		if list, _ := f.client.GetSessions(ctx, Query{IP: netip.MustParseAddr(ip)}); len(list) != 0 {
+			t.Errorf("%s answered by a skipped value: %+v", ip, list)
+		}
+	}
+	for _, key := range []string{"mapped", "hostbits", "noorg", "otherkey"} {
+		if _, err := kv.Get(ctx, key); err != nil {
+			t.Errorf("skipped value %s not left in the bucket: %v", key, err)
+		}
+	}
+}
+
+// TestReconcileDropsInvalidBucketValue: when a failed write re-reads its
+// key and finds a value no node accepts, the table drops the session, as
+// every node did.
+func TestReconcileDropsInvalidBucketValue(t *testing.T) {
+	b := startBus(t)
+	ctx := ctxT(t)
+	js, err := jetstream.New(b.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: session.Bucket, MaxValueSize: 300}); err != nil {
+		t.Fatal(err)
+	}
+	f := startFixtureOn(t, b, nil)
+	if _, err := f.client.SetSession(ctx, session.Session{ID: "k", Org: "a"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kvOf(t, b.nc).Put(ctx, "k", []byte(`{"id":"k","org":"a","allocations":["::ffff:10.0.0.0/104"]}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.client.SetSession(ctx, session.Session{ID: "k", Org: "a", Username: strings.Repeat("u", 400)}, 0); err == nil {
+		t.Fatal("oversized write accepted")
+	}
+	if list, _ := f.client.GetSessions(ctx, Query{ID: "k"}); len(list) != 0 {
+		t.Fatalf("session whose bucket value is invalid still in the table: %+v", list)
+	}
+}
+
+func TestSetSessionRefusesIPv4MappedAllocation(t *testing.T) {
+	f := startFixture(t, nil)
+	ctx := ctxT(t)
+	_, err := f.client.SetSession(ctx, session.Session{ID: "m", Org: "a", Allocations: []netip.Prefix{mustPrefix("::ffff:10.0.0.0/104")}}, 0)
+	var re *RemoteError
+	if !errors.As(err, &re) || re.Code != 400 || !strings.Contains(re.Message, "IPv4-mapped IPv6 allocation; use the IPv4 form") {
+		t.Fatalf("want a 400 IPv4-mapped refusal, got %v", err)
+	}
+	n, err := f.client.SetSessionBatch(ctx, []session.Session{
+		{ID: "v4", Org: "a", Allocations: []netip.Prefix{mustPrefix("10.0.0.0/8")}},
+		{ID: "m", Org: "a", Allocations: []netip.Prefix{mustPrefix("::ffff:10.0.0.0/104")}},
+	})
+	var be *BatchError
+	if !errors.As(err, &be) || n != 1 || be.Failed != 1 || be.Items[0].Index != 1 || !strings.Contains(be.Items[0].Error, "IPv4-mapped") {
+		t.Fatalf("batch: stored %d, %v", n, err)
+	}
+	if _, err := kvOf(t, f.bus.nc).Get(ctx, "m"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("refused session in the bucket: %v", err)
+	}
+}
+
+// markersIn lists the bucket's delete markers by key.
+func markersIn(t *testing.T, f *fixture) map[string]marker {
+	t.Helper()
+	ms, err := f.svc.store.deleteMarkers(ctxT(t), time.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(map[string]marker, len(ms))
+	for _, m := range ms {
+		out[m.key] = m
+	}
+	return out
+}
+
+func streamLastSeq(t *testing.T, f *fixture) (last, msgs uint64) {
+	t.Helper()
+	st, err := kvOf(t, f.bus.nc).Status(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := st.(*jetstream.KeyValueBucketStatus).StreamInfo()
+	return info.State.LastSeq, info.State.Msgs
+}
+
+func TestPurgeDeletesRemovesOldMarkersOnly(t *testing.T) {
+	f := startFixture(t, nil)
+	ctx := ctxT(t)
+	if _, err := f.client.SetSessionBatch(ctx, []session.Session{{ID: "d1", Org: "a"}, {ID: "d2", Org: "a"}, {ID: "keep", Org: "a"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"d1", "d2"} {
+		if _, err := f.client.CleanSessions(ctx, CleanRequest{IDs: []string{id}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kv := kvOf(t, f.bus.nc)
+	// The cutoff is d2's marker time: d1's marker is older, d2's is not.
+	h, err := kv.History(ctx, "d2")
+	if err != nil || len(h) != 1 || h[0].Operation() != jetstream.KeyValueDelete {
+		t.Fatalf("d2 history %v, %v", h, err)
+	}
+	n, err := f.svc.purgeDeletes(h[0].Created())
+	if err != nil || n != 1 {
+		t.Fatalf("purged %d, %v; want 1", n, err)
+	}
+	if _, err := kv.History(ctx, "d1"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("old marker d1 still in the bucket: %v", err)
+	}
+	if ms := markersIn(t, f); len(ms) != 1 || ms["d2"].key != "d2" {
+		t.Fatalf("markers left: %+v, want d2's", ms)
+	}
+
+	// Purging the stream's last message (d2's marker) does not move the
+	// stream's last sequence back: the node-side subscriber treats a last
+	// sequence below what it applied as a recreated bucket.
+	lastBefore, _ := streamLastSeq(t, f)
+	if n, err := f.svc.purgeDeletes(time.Now().Add(time.Hour)); err != nil || n != 1 {
+		t.Fatalf("purged %d, %v; want 1", n, err)
+	}
+	last, msgs := streamLastSeq(t, f)
+	if last != lastBefore || msgs != 1 {
+		t.Fatalf("after purging every marker: last seq %d (was %d), %d messages; want %d and 1", last, lastBefore, msgs, lastBefore)
+	}
+	if _, err := kv.Get(ctx, "keep"); err != nil {
+		t.Fatalf("live session lost in a purge: %v", err)
+	}
+	if list, _ := f.client.GetSessions(ctx, Query{Org: "a"}); len(list) != 1 || list[0].ID != "keep" {
+		t.Fatalf("table after purge: %+v", list)
+	}
+	if v := metricValue(f.svc.metrics.markersPurged); v != 2 {
+		t.Fatalf("markers purged = %v, want 2", v)
+	}
+}
+
+// TestPurgeKeepsAWriteAfterTheMarker stages the race a purge must survive:
+// a key is written again between the listing of its marker and its purge.
+func TestPurgeKeepsAWriteAfterTheMarker(t *testing.T) {
+	f := startFixture(t, nil)
+	ctx := ctxT(t)
+	if _, err := f.client.SetSession(ctx, session.Session{ID: "k", Org: "a", Username: "first"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.client.CleanSessions(ctx, CleanRequest{IDs: []string{"k"}}); err != nil {
+		t.Fatal(err)
+	}
+	listed, err := f.svc.store.deleteMarkers(ctx, time.Now().Add(time.Hour))
+	if err != nil || len(listed) != 1 || listed[0].key != "k" {
+		t.Fatalf("markers %+v, %v", listed, err)
+	}
+	if _, err := f.client.SetSession(ctx, session.Session{ID: "k", Org: "a", Username: "again"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := f.svc.store.purgeMarkers(ctx, listed); err != nil || n != 1 {
+		t.Fatalf("purged %d, %v", n, err)
+	}
+	e, err := kvOf(t, f.bus.nc).Get(ctx, "k")
+	if err != nil {
+		t.Fatalf("write after the marker lost by the purge: %v", err)
+	}
+	var s session.Session
+	if err := json.Unmarshal(e.Value(), &s); err != nil || s.Username != "again" {
+		t.Fatalf("bucket holds %s, %v", e.Value(), err)
+	}
+}
+
+func TestPurgeLoopRemovesMarkersOnItsOwn(t *testing.T) {
+	f := startFixture(t, func(c *Config) { c.PurgeDeletesAfter = 50 * time.Millisecond })
+	ctx := ctxT(t)
+	if _, err := f.client.SetSessionBatch(ctx, []session.Session{{ID: "gone", Org: "a"}, {ID: "kept", Org: "a"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.client.CleanSessions(ctx, CleanRequest{IDs: []string{"gone"}}); err != nil {
+		t.Fatal(err)
+	}
+	kv := kvOf(t, f.bus.nc)
+	eventually(t, "the purger to remove the marker", func() bool {
+		_, err := kv.History(ctx, "gone")
+		return errors.Is(err, jetstream.ErrKeyNotFound)
+	})
+	if _, err := kv.Get(ctx, "kept"); err != nil {
+		t.Fatalf("purger removed a live session: %v", err)
+	}
+	if err := f.svc.Stop(); err != nil { // returns only once the loops are done
+		t.Fatal(err)
 	}
 }

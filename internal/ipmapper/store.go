@@ -22,6 +22,7 @@ type store struct {
 	js      jetstream.JetStream
 	kv      jetstream.KeyValue
 	subject string // "$KV.<bucket>."
+	stream  string // "KV_<bucket>": the stream behind the bucket
 	timeout time.Duration
 	log     *slog.Logger
 }
@@ -68,6 +69,7 @@ func openStore(ctx context.Context, nc *nats.Conn, bucket string, replicas int, 
 		js:      js,
 		kv:      kv,
 		subject: "$KV." + bucket + ".",
+		stream:  "KV_" + bucket,
 		timeout: timeout,
 		log:     log,
 	}, nil
@@ -112,9 +114,11 @@ func (st *store) apply(ctx context.Context, writes []write) []error {
 	return errs
 }
 
-// load reads every stored session. Entries that do not decode, or whose id
-// does not match their key, are logged and skipped, never deleted: the
-// bucket keeps them for an operator to inspect.
+// load reads every stored session. Entries that do not decode, whose id
+// does not match their key, or that session.Validate refuses are logged and
+// skipped, never deleted: the bucket keeps them for an operator to inspect.
+// Every node's subscriber index skips exactly the same values, so the table
+// holds what the nodes hold.
 func (st *store) load(ctx context.Context, put func(*session.Session)) (loaded, skipped int, err error) {
 	w, err := st.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
@@ -148,8 +152,94 @@ func (st *store) load(ctx context.Context, put func(*session.Session)) (loaded, 
 				skipped++
 				continue
 			}
+			if err := s.Validate(); err != nil {
+				st.log.Warn("skipping invalid session in KV", "key", e.Key(), "err", err)
+				skipped++
+				continue
+			}
 			put(&s)
 			loaded++
 		}
 	}
+}
+
+// holds reports whether the bucket has a value under id; with org set,
+// only a session of org counts (see Service.strayKeys).
+func (st *store) holds(ctx context.Context, id, org string) (bool, error) {
+	e, err := st.kv.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if org == "" {
+		return true, nil
+	}
+	var s session.Session
+	if err := json.Unmarshal(e.Value(), &s); err != nil || s.Org != org {
+		st.log.Warn("clean-sessions: leaving a value the table does not hold and that is not a session of the org named",
+			"key", id, "org", org)
+		return false, nil
+	}
+	return true, nil
+}
+
+// marker is a delete marker in the bucket: its key, and its revision (the
+// stream sequence of the marker message).
+type marker struct {
+	key string
+	rev uint64
+}
+
+// deleteMarkers lists the keys whose latest entry is a delete (or purge)
+// marker created before cutoff. It reads headers only.
+func (st *store) deleteMarkers(ctx context.Context, cutoff time.Time) ([]marker, error) {
+	w, err := st.kv.WatchAll(ctx, jetstream.MetaOnly())
+	if err != nil {
+		return nil, fmt.Errorf("list delete markers: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	var out []marker
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("list delete markers: %w", ctx.Err())
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, errors.New("list delete markers: watcher closed")
+			}
+			if e == nil {
+				return out, nil
+			}
+			if op := e.Operation(); (op == jetstream.KeyValueDelete || op == jetstream.KeyValuePurge) && e.Created().Before(cutoff) {
+				out = append(out, marker{key: e.Key(), rev: e.Revision()})
+			}
+		}
+	}
+}
+
+// purgeMarkers removes each marker from the stream, with anything older
+// under its key, and returns how many it removed.
+//
+// Not KeyValue.PurgeDeletes: that reads every value of the bucket to find
+// the markers, and then purges each marker's key whole, so a put of the key
+// that lands between its listing and its purge is lost from the bucket
+// (while every node, which saw the put, keeps it). Here each purge stops
+// below the sequence after the marker (WithPurgeSequence is exclusive), so
+// the server itself keeps anything written after it.
+func (st *store) purgeMarkers(ctx context.Context, markers []marker) (int, error) {
+	if len(markers) == 0 {
+		return 0, nil
+	}
+	stream, err := st.js.Stream(ctx, st.stream)
+	if err != nil {
+		return 0, fmt.Errorf("purge delete markers: %w", err)
+	}
+	for i, m := range markers {
+		if err := stream.Purge(ctx, jetstream.WithPurgeSubject(st.subject+m.key), jetstream.WithPurgeSequence(m.rev+1)); err != nil {
+			return i, fmt.Errorf("purge delete marker of %s: %w", m.key, err)
+		}
+	}
+	return len(markers), nil
 }

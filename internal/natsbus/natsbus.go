@@ -100,6 +100,9 @@ func (e *Embedded) Shutdown() {
 // Connect opens a client connection that keeps reconnecting, logging each
 // disconnect and reconnect. The first connection attempt must succeed unless
 // retryOnFailedConnect is set, in which case it too retries in the background.
+//
+// While the connection is down (or not up yet), publishes and requests fail
+// at once with nats.ErrReconnectBufExceeded instead of being buffered.
 func Connect(url, name string, log *slog.Logger, retryOnFailedConnect bool) (*nats.Conn, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -109,6 +112,15 @@ func Connect(url, name string, log *slog.Logger, retryOnFailedConnect bool) (*na
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250*time.Millisecond),
 		nats.RetryOnFailedConnect(retryOnFailedConnect),
+		// No reconnect buffer. nats.go's default keeps up to 8 MB of
+		// publishes made during a disconnect and sends them after the
+		// reconnect, by which time the caller has already seen its request
+		// fail (an ack or reply that never came): a KV write the IP Mapper
+		// reported as failed, and left out of its table, would then land in
+		// the bucket and reach every node. Failing at once keeps "failed"
+		// meaning "not written"; every caller retries its writes and
+		// requests anyway.
+		nats.ReconnectBufSize(-1),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			log.Warn("NATS disconnected", "err", err)
 		}),

@@ -1,9 +1,11 @@
 package natsbus
 
 import (
-	"github.com/nats-io/nats.go"
+	"errors"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 )
 
 func TestEmbeddedRestartKeepsJetStreamState(t *testing.T) {
@@ -50,5 +52,66 @@ func TestEmbeddedRestartKeepsJetStreamState(t *testing.T) {
 			t.Fatalf("key not readable after restart: %v", err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestPublishDuringDisconnectFailsAndNeverLands checks that a publish made
+// while the server is away fails at once and is not sent after the
+// reconnect: a write reported as failed must not land later.
+func TestPublishDuringDisconnectFailsAndNeverLands(t *testing.T) {
+	dir := t.TempDir()
+	srv, err := StartEmbedded(EmbeddedConfig{StoreDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := Connect(srv.ClientURL(), "test", nil, false)
+	if err != nil {
+		srv.Shutdown()
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := nc.JetStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.CreateKeyValue(&nats.KeyValueConfig{Bucket: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := srv.Port()
+	srv.Shutdown()
+	deadline := time.Now().Add(10 * time.Second)
+	for nc.Status() == nats.CONNECTED {
+		if time.Now().After(deadline) {
+			t.Fatal("client did not notice the server going away")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The raw KV subject, as the IP Mapper's asynchronous writes use it.
+	if err := nc.Publish("$KV.t.late", []byte("v")); !errors.Is(err, nats.ErrReconnectBufExceeded) {
+		t.Fatalf("publish while disconnected: %v, want ErrReconnectBufExceeded", err)
+	}
+
+	srv, err = StartEmbedded(EmbeddedConfig{StoreDir: dir, Port: port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	deadline = time.Now().Add(10 * time.Second)
+	for nc.Status() != nats.CONNECTED {
+		if time.Now().After(deadline) {
+			t.Fatal("client did not reconnect")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Whatever was buffered would have been sent before this round trip.
+	if err := nc.FlushTimeout(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put("after", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if e, err := kv.Get("late"); !errors.Is(err, nats.ErrKeyNotFound) {
+		t.Fatalf("publish refused during the disconnect landed after it: %v, %v", e, err)
 	}
 }

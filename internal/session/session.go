@@ -71,7 +71,9 @@ func ValidID(id string) bool {
 	return true
 }
 
-// Validate checks the fields every producer must fill.
+// Validate checks the fields every producer must fill. The IP Mapper applies
+// it to every session it stores or reloads, and every node to every value it
+// reads from the bucket, so both sides hold the same set.
 func (s *Session) Validate() error {
 	switch {
 	case !ValidID(s.ID):
@@ -85,6 +87,12 @@ func (s *Session) Validate() error {
 		}
 		if p != p.Masked() {
 			return fmt.Errorf("allocation %s has host bits set", p)
+		}
+		// ::ffff:a.b.c.d/n names IPv4 addresses in IPv6 form. Readers
+		// disagree on it (lookups unmap the address, a prefix set or
+		// contains test does not), so only the IPv4 form is stored.
+		if p.Addr().Is4In6() {
+			return fmt.Errorf("allocation %s: IPv4-mapped IPv6 allocation; use the IPv4 form", p)
 		}
 	}
 	return nil

@@ -2,6 +2,7 @@ package session
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 )
 
@@ -47,6 +48,22 @@ func TestValidate(t *testing.T) {
 	} {
 		if err := s.Validate(); err == nil {
 			t.Errorf("%s accepted", name)
+		}
+	}
+	// IPv4-mapped IPv6 allocations are refused whatever their length, with
+	// a pointer to the IPv4 form; IPv6 prefixes that merely contain the
+	// mapped range are ordinary IPv6.
+	for _, p := range []string{"::ffff:10.0.0.0/104", "::ffff:10.0.0.1/128", "::ffff:0.0.0.0/96"} {
+		s := Session{ID: "a", Org: "acme", Allocations: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16"), netip.MustParsePrefix(p)}}
+		err := s.Validate()
+		if err == nil || !strings.Contains(err.Error(), "IPv4-mapped IPv6 allocation; use the IPv4 form") {
+			t.Errorf("%s: got %v, want the IPv4-mapped refusal", p, err)
+		}
+	}
+	for _, p := range []string{"::/80", "::/0", "2001:db8::/32", "10.0.0.0/8"} {
+		s := Session{ID: "a", Org: "acme", Allocations: []netip.Prefix{netip.MustParsePrefix(p)}}
+		if err := s.Validate(); err != nil {
+			t.Errorf("%s refused: %v", p, err)
 		}
 	}
 	long := make([]byte, 129)
