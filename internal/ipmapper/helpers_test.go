@@ -142,6 +142,18 @@ func mkSession(i int, org string) session.Session {
 // metricValue reads a counter or gauge.
 func metricValue(c prometheus.Collector) float64 { return testutil.ToFloat64(c) }
 
+// requestsCounted waits until the requests counter of cmd and result reaches
+// want and fails if it goes past it. The handler counts a request just after
+// sending its reply, so a client can read the reply first.
+func requestsCounted(t testing.TB, s *Service, cmd, result string, want float64) {
+	t.Helper()
+	c := s.metrics.requests.WithLabelValues(cmd, result)
+	eventually(t, fmt.Sprintf("%s %s requests to reach %v (at %v)", cmd, result, want, metricValue(c)), func() bool { return metricValue(c) >= want })
+	if v := metricValue(c); v != want {
+		t.Fatalf("%s %s requests = %v, want %v", cmd, result, v, want)
+	}
+}
+
 // eventually polls cond until it holds or the deadline passes; it asserts
 // an outcome, never a duration.
 func eventually(t testing.TB, what string, cond func() bool) {

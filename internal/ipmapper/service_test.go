@@ -90,9 +90,7 @@ func TestSetSessionStoresPlainSessionJSONAndAnswersEveryQuery(t *testing.T) {
 	if v := metricValue(f.svc.metrics.stored); v != 1 {
 		t.Fatalf("svcpf_ipmapper_sessions = %v, want 1", v)
 	}
-	if v := metricValue(f.svc.metrics.requests.WithLabelValues(CmdGetSessions, resultOK)); v != 12 {
-		t.Fatalf("get-sessions ok requests = %v, want 12", v)
-	}
+	requestsCounted(t, f.svc, CmdGetSessions, resultOK, 12)
 }
 
 func TestGetSessionsLongestPrefixMatch(t *testing.T) {
@@ -264,9 +262,7 @@ func TestSetSessionRefusals(t *testing.T) {
 	if len(list) != 1 || list[0].Org != "acme" {
 		t.Fatalf("refused updates changed the table: %+v", list)
 	}
-	if v := metricValue(f.svc.metrics.requests.WithLabelValues(CmdSetSession, resultInvalid)); v != float64(len(tests)) {
-		t.Fatalf("invalid set-session requests = %v, want %d", v, len(tests))
-	}
+	requestsCounted(t, f.svc, CmdSetSession, resultInvalid, float64(len(tests)))
 }
 
 // TestErrorReplyFormat checks the wire form of an error on every command:
@@ -683,9 +679,7 @@ func TestKVWriteFailure(t *testing.T) {
 	if v := metricValue(f.svc.metrics.kvWriteErrors); v != 2 {
 		t.Fatalf("kv write errors = %v, want 2", v)
 	}
-	if v := metricValue(f.svc.metrics.requests.WithLabelValues(CmdSetSession, resultError)); v != 1 {
-		t.Fatalf("set-session error results = %v", v)
-	}
+	requestsCounted(t, f.svc, CmdSetSession, resultError, 1)
 
 	// A failed write re-reads its key: if the bucket holds something else
 	// (here written behind the IP Mapper's back, as a write whose ack was
@@ -1165,9 +1159,7 @@ func TestGetSessionsOversizedSessionIsAnError(t *testing.T) {
 			t.Fatalf("%+v: want a 500 naming the session, got %v", q, err)
 		}
 	}
-	if v := metricValue(f.svc.metrics.requests.WithLabelValues(CmdGetSessions, resultError)); v != 2 {
-		t.Fatalf("get-sessions error results = %v, want 2", v)
-	}
+	requestsCounted(t, f.svc, CmdGetSessions, resultError, 2)
 }
 
 // TestReloadSkipsInvalidSessions: values session.Validate refuses (which
