@@ -72,25 +72,42 @@ func (e *BodyError) Error() string { return e.Msg }
 // Trailing data after the JSON value is refused. A body whose declared
 // Content-Length is over maxBytes is refused before any of it is read.
 func DecodeJSON(w http.ResponseWriter, r *http.Request, maxBytes int64, dst any) error {
-	if r.ContentLength > maxBytes {
-		return bodyError(&http.MaxBytesError{Limit: maxBytes})
+	dec, err := NewBodyDecoder(w, r, maxBytes)
+	if err != nil {
+		return err
 	}
-	body := http.MaxBytesReader(w, r.Body, maxBytes)
-	dec := json.NewDecoder(body)
 	if err := dec.Decode(dst); err != nil {
-		return bodyError(err)
+		return AsBodyError(err)
 	}
+	return ExpectEOF(dec)
+}
+
+// NewBodyDecoder returns a JSON decoder over the request body that reads
+// at most maxBytes, for handlers that decode a large body piece by piece.
+// A body whose declared Content-Length is over maxBytes is refused before
+// any of it is read.
+func NewBodyDecoder(w http.ResponseWriter, r *http.Request, maxBytes int64) (*json.Decoder, error) {
+	if r.ContentLength > maxBytes {
+		return nil, AsBodyError(&http.MaxBytesError{Limit: maxBytes})
+	}
+	return json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBytes)), nil
+}
+
+// ExpectEOF refuses trailing data after the JSON value dec has read.
+func ExpectEOF(dec *json.Decoder) error {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return bodyError(err)
+			return AsBodyError(err)
 		}
 		return &BodyError{Status: http.StatusBadRequest, Msg: "invalid JSON: trailing data after the JSON value"}
 	}
 	return nil
 }
 
-func bodyError(err error) error {
+// AsBodyError maps an error of reading or decoding a request body to its
+// 4xx: 413 over the size limit, else 400 with the reason.
+func AsBodyError(err error) *BodyError {
 	var mbe *http.MaxBytesError
 	var ute *json.UnmarshalTypeError
 	var se *json.SyntaxError

@@ -484,9 +484,12 @@ func TestBatch(t *testing.T) {
 		}
 
 		// Envelope errors.
-		for _, body := range []string{``, `[]`, `{"data":{}}`, `{"data":"x"}`, `{"data":[{}]`} {
+		for _, body := range []string{``, `[]`, `{"data":{}}`, `{"data":"x"}`, `{"data":[{}]`, `{"data":[{"cidr":"10.9.0.0/16"},`,
+			`{"data":[],"data":[]}`, `{"data":[]} x`, `{"data":[{"cidr":"10.9.0.0/16"}],"x":[}`} {
 			h.expectError(400, "POST", "/org/acme/overrides/batch", body, "invalid JSON")
 		}
+		// Refused as a whole: nothing applied.
+		h.must(404, "GET", "/org/acme/overrides?cidr=10.9.0.0/16", nil)
 		h.expectError(400, "POST", "/org/acme/overrides/batch", `{}`, "missing required field: data")
 		h.expectError(400, "POST", "/org/acme/overrides/batch", `{"data":null}`, "missing required field: data")
 	})
@@ -567,6 +570,10 @@ func TestBatchLimit(t *testing.T) {
 			items[i] = map[string]any{"cidr": fmt.Sprintf("10.%d.%d.0/24", i/256, i%256), "username": fmt.Sprint("u", i)}
 		}
 		h.expectError(400, "POST", "/org/acme/overrides/batch", map[string]any{"data": items}, "limit is 10000")
+		// Refused at the 10 001st item, before the rest of the body: what
+		// follows it is not even JSON.
+		over, _ := json.Marshal(map[string]any{"data": items})
+		h.expectError(400, "POST", "/org/acme/overrides/batch", string(over[:len(over)-3])+"garbage", "limit is 10000")
 		var list map[string][]string
 		h.must(200, "GET", "/org/acme/overrides", nil).decode(t, &list)
 		if len(list["cidrs"]) != 0 {

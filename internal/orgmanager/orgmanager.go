@@ -355,10 +355,6 @@ func (a *API) deleteOverride(w http.ResponseWriter, r *http.Request, org string)
 	a.written(w, org, v, http.StatusNoContent, nil)
 }
 
-type batchBody struct {
-	Data *[]json.RawMessage `json:"data"`
-}
-
 type batchError struct {
 	Index int     `json:"index"`
 	CIDR  *string `json:"cidr,omitempty"`
@@ -373,41 +369,17 @@ type batchResult struct {
 }
 
 func (a *API) postBatch(w http.ResponseWriter, r *http.Request, org string) {
-	var body batchBody
-	if !decode(w, r, maxBatchBody, &body) {
+	ops, errs, berr := readBatch(w, r)
+	if berr != nil {
+		httpapi.WriteError(w, berr.Status, berr.Msg)
 		return
-	}
-	if body.Data == nil {
-		httpapi.WriteError(w, http.StatusBadRequest, "missing required field: data")
-		return
-	}
-	items := *body.Data
-	if len(items) > maxBatchItems {
-		httpapi.WriteError(w, http.StatusBadRequest, "batch has "+strconv.Itoa(len(items))+" items; the limit is "+strconv.Itoa(maxBatchItems))
-		return
-	}
-	res := batchResult{Errors: []batchError{}}
-	ops := make([]orgstore.BatchOp, 0, len(items))
-	for i, raw := range items {
-		op, err := batchOp(raw)
-		if err != nil {
-			be := batchError{Index: i, Error: err.Error()}
-			var ie *inputError
-			if errors.As(err, &ie) && ie.cidr != "" {
-				be.CIDR = &ie.cidr
-			}
-			res.Errors = append(res.Errors, be)
-			continue
-		}
-		ops = append(ops, op)
 	}
 	v, err := a.store.ApplyBatch(r.Context(), org, ops)
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	res.Processed, res.Skipped = len(ops), len(res.Errors)
-	res.Success = res.Skipped == 0
+	res := batchResult{Success: len(errs) == 0, Processed: len(ops), Skipped: len(errs), Errors: errs}
 	a.written(w, org, v, http.StatusOK, res)
 }
 
