@@ -219,9 +219,9 @@ func (s *Service) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("ipmapper: flush subscriptions: %w", err)
 	}
 	s.svc = svc
-	s.loops.Go(s.sweepLoop)
+	s.loops.Go(func() { s.every(s.cfg.SweepInterval, s.sweepTick) })
 	if s.cfg.PurgeDeletesAfter > 0 {
-		s.loops.Go(s.purgeLoop)
+		s.loops.Go(func() { s.every(min(s.cfg.PurgeDeletesAfter, time.Hour), s.purgeTick) })
 	}
 	s.ready.Store(true)
 	return nil
@@ -763,20 +763,25 @@ func (s *Service) reconcile(ids []string) {
 	}
 }
 
-func (s *Service) sweepLoop() {
-	t := time.NewTicker(s.cfg.SweepInterval)
+// every runs fn every interval until the service stops.
+func (s *Service) every(interval time.Duration, fn func()) {
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-s.ctx.Done():
 			return
 		case <-t.C:
-			if n, err := s.sweep(); err != nil {
-				s.log.Warn("sweep expired sessions", "removed", n, "err", err)
-			} else if n > 0 {
-				s.log.Debug("swept expired sessions", "removed", n)
-			}
+			fn()
 		}
+	}
+}
+
+func (s *Service) sweepTick() {
+	if n, err := s.sweep(); err != nil {
+		s.log.Warn("sweep expired sessions", "removed", n, "err", err)
+	} else if n > 0 {
+		s.log.Debug("swept expired sessions", "removed", n)
 	}
 }
 
@@ -807,24 +812,15 @@ func (s *Service) sweep() (int, error) {
 // only) and one purge request per old marker.
 const purgeTimeout = 5 * time.Minute
 
-func (s *Service) purgeLoop() {
-	t := time.NewTicker(min(s.cfg.PurgeDeletesAfter, time.Hour))
-	defer t.Stop()
-	for {
-		select {
-		case <-s.ctx.Done():
-			return
-		case <-t.C:
-			// Markers carry the server's timestamp, so their age is measured
-			// on the wall clock, not on Config.Clock.
-			n, err := s.purgeDeletes(time.Now().Add(-s.cfg.PurgeDeletesAfter))
-			switch {
-			case err != nil:
-				s.log.Warn("purge old delete markers", "purged", n, "err", err)
-			case n > 0:
-				s.log.Info("purged old delete markers", "purged", n)
-			}
-		}
+func (s *Service) purgeTick() {
+	// Markers carry the server's timestamp, so their age is measured on
+	// the wall clock, not on Config.Clock.
+	n, err := s.purgeDeletes(time.Now().Add(-s.cfg.PurgeDeletesAfter))
+	switch {
+	case err != nil:
+		s.log.Warn("purge old delete markers", "purged", n, "err", err)
+	case n > 0:
+		s.log.Info("purged old delete markers", "purged", n)
 	}
 }
 
