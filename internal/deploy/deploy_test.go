@@ -348,8 +348,16 @@ func TestDeletedOrgCleansAll(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if st := f.d.Status("acme"); st.Deployed || st.Dirty {
-		t.Fatalf("deleted org still has state %+v", st)
+	// The state is dropped just after the publish returns (and the store
+	// forgot the delete).
+	for st := f.d.Status("acme"); st.Deployed || st.Dirty; st = f.d.Status("acme") {
+		if time.Now().After(deadline) {
+			t.Fatalf("deleted org still has state %+v", st)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if pending, err := f.store.DeletedOrgs(f.ctx()); err != nil || len(pending) != 0 {
+		t.Fatalf("delete still pending after its clean: %+v %v", pending, err)
 	}
 }
 
