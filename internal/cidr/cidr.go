@@ -1,7 +1,8 @@
 // Package cidr parses the CIDR strings that arrive over the orgmanager's REST
 // API (query parameters, override bodies, prefix lists) into canonical
 // netip.Prefix values, applying spec 1's validation steps in their order:
-// syntax, prefix length, canonical form. Prefix coverage is not its concern.
+// syntax, prefix length, canonical form (host bits zero, IPv4 networks in
+// IPv4 form). Prefix coverage is not its concern.
 package cidr
 
 import (
@@ -24,8 +25,14 @@ func (e *Error) Error() string {
 // CIDR (a full IPv6 address in dotted-quad tail form plus /128) is 49 bytes.
 const maxInputLen = 64
 
-// Parse validates s and returns it as a masked prefix. IPv4-mapped IPv6
-// addresses stay IPv6, so each family keeps its own address space.
+// Parse validates s and returns it as a masked prefix.
+//
+// An IPv4-mapped IPv6 network (::ffff:a.b.c.d/n, n ≥ 96) is refused as not
+// canonical, naming its IPv4 form: every reader of addresses (the IP
+// Mapper, each node's index, DNS client addresses from dual-stack sockets)
+// sees those addresses as IPv4, while the prefix-overlap rule would compare
+// it as IPv6, so one organisation's ::ffff:10.0.0.0/104 could claim the
+// 10.0.0.0/8 another owns.
 func Parse(s string) (netip.Prefix, error) {
 	fail := func(reason string) (netip.Prefix, error) {
 		in := s
@@ -66,6 +73,9 @@ func Parse(s string) (netip.Prefix, error) {
 	p := netip.PrefixFrom(addr, bits)
 	if m := p.Masked(); m != p {
 		return fail(fmt.Sprintf("host bits set; the network address form is %s", m))
+	}
+	if addr.Is4In6() && bits >= 96 {
+		return fail(fmt.Sprintf("IPv4-mapped IPv6 network; the canonical form is %s", netip.PrefixFrom(addr.Unmap(), bits-96)))
 	}
 	return p, nil
 }

@@ -19,7 +19,7 @@ func TestParse(t *testing.T) {
 		{in: "2001:DB8::/32", want: "2001:db8::/32"},
 		{in: "::/0", want: "::/0"},
 		{in: "::1/128", want: "::1/128"},
-		{in: "::ffff:10.0.0.0/104", want: "::ffff:10.0.0.0/104"},
+		{in: "::/80", want: "::/80"}, // holds the mapped range; plain IPv6
 		// step 1: syntax
 		{in: "", reason: "address/length"},
 		{in: "10.0.0.0", reason: "address/length"},
@@ -38,6 +38,10 @@ func TestParse(t *testing.T) {
 		{in: "2001:db8::/129", reason: "out of range 0..128 for IPv6"},
 		// step 3: canonical form
 		{in: "10.0.0.1/8", reason: "host bits set; the network address form is 10.0.0.0/8"},
+		{in: "::ffff:10.0.0.0/104", reason: "IPv4-mapped IPv6 network; the canonical form is 10.0.0.0/8"},
+		{in: "::ffff:192.0.2.1/128", reason: "IPv4-mapped IPv6 network; the canonical form is 192.0.2.1/32"},
+		{in: "::FFFF:0.0.0.0/96", reason: "IPv4-mapped IPv6 network; the canonical form is 0.0.0.0/0"},
+		{in: "::ffff:10.0.0.1/104", reason: "host bits set"}, // step 3's first check comes first
 		{in: "2001:db8::1/32", reason: "network address form is 2001:db8::/32"},
 		// the order of the steps: a bad length is reported before host bits
 		{in: "10.0.0.1/40", reason: "out of range"},

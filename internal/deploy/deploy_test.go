@@ -225,8 +225,9 @@ func sameSet(a, b []string) bool {
 	return slices.Equal(a, b)
 }
 
-// TestIPv4MappedPrefixesPublishIPv4: the API accepts ::ffff:a.b.c.d/n as an
-// IPv6 CIDR; the IP Mapper holds addresses only in their IPv4 form.
+// TestIPv4MappedPrefixesPublishIPv4: ::ffff:a.b.c.d/n CIDRs in the store
+// (the API refuses them, the store does not) deploy in IPv4 form, the only
+// one the IP Mapper holds.
 func TestIPv4MappedPrefixesPublishIPv4(t *testing.T) {
 	f := newFixture(t, Config{})
 	f.org("acme", "::ffff:10.0.0.0/104", "::ffff:11.1.0.0/112")

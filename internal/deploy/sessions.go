@@ -112,9 +112,11 @@ func releasedSubnets(before, now []netip.Prefix) []netip.Prefix {
 }
 
 // allocation is p as the IP Mapper and every node hold it: an IPv4-mapped
-// IPv6 prefix (::ffff:a.b.c.d/n, a valid CIDR for the API) in its IPv4
-// form, which is how lookups see those addresses. The session id keeps the
-// CIDR as written. A masked IPv4-mapped prefix always has n ≥ 96.
+// IPv6 prefix (::ffff:a.b.c.d/n) in its IPv4 form, which is how lookups see
+// those addresses. The API refuses such CIDRs (cidr.Parse); the store does
+// not, and a value that reached it some other way must still deploy rather
+// than be refused by the IP Mapper on every retry. The session id keeps the
+// CIDR as stored. A masked IPv4-mapped prefix always has n ≥ 96.
 func allocation(p netip.Prefix) netip.Prefix {
 	if a := p.Addr(); a.Is4In6() {
 		return netip.PrefixFrom(a.Unmap(), p.Bits()-96)

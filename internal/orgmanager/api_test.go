@@ -155,6 +155,7 @@ func TestPrefixes(t *testing.T) {
 			{map[string]any{"add": []string{"10.0.0.0/33"}}, "prefix length 33 out of range"},
 			{map[string]any{"add": []string{"2001:db8::/129"}}, "out of range 0..128"},
 			{map[string]any{"add": []string{"10.0.0.1/8"}}, "host bits set"},
+			{map[string]any{"add": []string{"::ffff:10.0.0.0/104"}}, "IPv4-mapped IPv6 network; the canonical form is 10.0.0.0/8"},
 			{map[string]any{"remove": []string{"bogus"}}, "invalid CIDR"},
 			{map[string]any{"add": []string{"12.0.0.0/8"}, "remove": []string{"10.0.0.1/9"}}, "host bits"},
 		} {
@@ -357,6 +358,7 @@ func TestOverrideBadInput(t *testing.T) {
 			{`{"cidr":"10.0.0.0"}`, "invalid CIDR"},
 			{`{"cidr":"10.0.0.0/33"}`, "out of range"},
 			{`{"cidr":"10.0.0.1/8"}`, "host bits set"},
+			{`{"cidr":"::ffff:10.1.0.0/112"}`, "the canonical form is 10.1.0.0/16"},
 			{`{"cidr":""}`, "invalid CIDR"},
 			{`{"cidr":10}`, "invalid JSON"},
 			{`{"cidr":"10.0.0.0/8","username":5}`, "invalid JSON"},
