@@ -552,7 +552,8 @@ func (s *Service) cleanSessions(ctx context.Context, data []byte) ([]byte, strin
 	defer s.mu.Unlock()
 	ix := s.idx.Load()
 
-	var ids []string
+	// ids are sessions the table holds; stray ones only the bucket holds.
+	var ids, stray []string
 	switch mode {
 	case cleanByOrg, cleanByRevision:
 		for _, e := range ix.ByOrg(req.Org) {
@@ -605,31 +606,20 @@ func (s *Service) cleanSessions(ctx context.Context, data []byte) ([]byte, strin
 		// (reconcile could not re-read it while NATS was away). Every node
 		// serves such a value, so it is deleted too; it is not counted,
 		// as the table never held it.
-		stray, err := s.strayKeys(ctx, unknown, req.Org)
-		if err != nil {
+		if stray, err = s.strayKeys(ctx, unknown, req.Org); err != nil {
 			return nil, "", fmt.Errorf("removed 0 of %d sessions: %w", len(ids), err)
 		}
-		ids = append(ids, stray...)
 	}
 
 	removed, err := s.remove(ctx, ids)
-	held := 0
-	for _, id := range removed {
-		if _, ok := ix.Get(id); ok {
-			held++
-		}
+	if err == nil && len(stray) > 0 {
+		_, err = s.remove(ctx, stray)
 	}
-	s.metrics.removedClean.Add(float64(held))
+	s.metrics.removedClean.Add(float64(len(removed)))
 	if err != nil {
-		total := 0
-		for _, id := range ids {
-			if _, ok := ix.Get(id); ok {
-				total++
-			}
-		}
-		return nil, "", fmt.Errorf("removed %d of %d sessions, then: %w", held, total, err)
+		return nil, "", fmt.Errorf("removed %d of %d sessions, then: %w", len(removed), len(ids), err)
 	}
-	body, err := marshalReply(CleanSessionsReply{Removed: held})
+	body, err := marshalReply(CleanSessionsReply{Removed: len(removed)})
 	return body, resultOK, err
 }
 

@@ -8,17 +8,21 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-func TestEmbeddedRestartKeepsJetStreamState(t *testing.T) {
-	dir := t.TempDir()
+// serverWithBucket starts an embedded server storing under dir and returns
+// it with a client (closed when the test ends) and a bucket "t". The caller
+// shuts the server down.
+func serverWithBucket(t *testing.T, dir string) (*Embedded, *nats.Conn, nats.KeyValue) {
+	t.Helper()
 	srv, err := StartEmbedded(EmbeddedConfig{StoreDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
 	nc, err := Connect(srv.ClientURL(), "test", nil, false)
 	if err != nil {
+		srv.Shutdown()
 		t.Fatal(err)
 	}
-	defer nc.Close()
+	t.Cleanup(nc.Close)
 	js, err := nc.JetStream()
 	if err != nil {
 		t.Fatal(err)
@@ -27,13 +31,19 @@ func TestEmbeddedRestartKeepsJetStreamState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return srv, nc, kv
+}
+
+func TestEmbeddedRestartKeepsJetStreamState(t *testing.T) {
+	dir := t.TempDir()
+	srv, _, kv := serverWithBucket(t, dir)
 	if _, err := kv.Put("k", []byte("v")); err != nil {
 		t.Fatal(err)
 	}
 	port := srv.Port()
 	srv.Shutdown()
 
-	srv, err = StartEmbedded(EmbeddedConfig{StoreDir: dir, Port: port})
+	srv, err := StartEmbedded(EmbeddedConfig{StoreDir: dir, Port: port})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,24 +70,7 @@ func TestEmbeddedRestartKeepsJetStreamState(t *testing.T) {
 // reconnect: a write reported as failed must not land later.
 func TestPublishDuringDisconnectFailsAndNeverLands(t *testing.T) {
 	dir := t.TempDir()
-	srv, err := StartEmbedded(EmbeddedConfig{StoreDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	nc, err := Connect(srv.ClientURL(), "test", nil, false)
-	if err != nil {
-		srv.Shutdown()
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := nc.JetStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.CreateKeyValue(&nats.KeyValueConfig{Bucket: "t"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, nc, kv := serverWithBucket(t, dir)
 	port := srv.Port()
 	srv.Shutdown()
 	deadline := time.Now().Add(10 * time.Second)
@@ -92,7 +85,7 @@ func TestPublishDuringDisconnectFailsAndNeverLands(t *testing.T) {
 		t.Fatalf("publish while disconnected: %v, want ErrReconnectBufExceeded", err)
 	}
 
-	srv, err = StartEmbedded(EmbeddedConfig{StoreDir: dir, Port: port})
+	srv, err := StartEmbedded(EmbeddedConfig{StoreDir: dir, Port: port})
 	if err != nil {
 		t.Fatal(err)
 	}
