@@ -18,6 +18,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/svc-pf/svc-pf/internal/identity"
 	"github.com/svc-pf/svc-pf/internal/ipmapper"
 	"github.com/svc-pf/svc-pf/internal/natsbus"
 	"github.com/svc-pf/svc-pf/internal/orgstore/storetest"
@@ -293,8 +295,8 @@ func TestDeployEndToEnd(t *testing.T) {
 		// not know of (left by a lost message; only the subnet clean finds it).
 		p.call("POST", "/org/acme/overrides", map[string]any{"cidr": "10.1.5.0/24", "username": "dave"}, 200)
 		p.eventually("dave", func() bool { return p.userAt("10.1.5.1") == "dave" }, func() string { return describe(p.indexed("acme")) })
-		lost := session.Session{ID: session.NewID("acme", netip.MustParsePrefix("10.1.9.0/24"), "lost", "", ""), Org: "acme",
-			Revision: alice.Revision, Allocations: []netip.Prefix{netip.MustParsePrefix("10.1.9.0/24")}, Username: "lost"}
+		lost := session.Session{ID: session.NewID(identity.Identity{Org: "acme", Attributes: identity.Attributes{Username: "lost"}}, netip.MustParsePrefix("10.1.9.0/24")), Org: "acme",
+			Revision: alice.Revision, Allocations: []netip.Prefix{netip.MustParsePrefix("10.1.9.0/24")}, Attributes: identity.Attributes{Username: "lost"}}
 		if _, err := p.client.SetSession(context.Background(), lost, 0); err != nil {
 			t.Fatal(err)
 		}
@@ -320,8 +322,8 @@ func TestDeployEndToEnd(t *testing.T) {
 
 		// Redeploy → same sessions, a new revision, nothing stale. A stale
 		// session planted in the IP Mapper (as if left by a lost message) goes.
-		stale := session.Session{ID: session.NewID("acme", netip.MustParsePrefix("10.0.9.0/24"), "ghost", "", ""), Org: "acme",
-			Revision: 1, Allocations: []netip.Prefix{netip.MustParsePrefix("10.0.9.0/24")}, Username: "ghost"}
+		stale := session.Session{ID: session.NewID(identity.Identity{Org: "acme", Attributes: identity.Attributes{Username: "ghost"}}, netip.MustParsePrefix("10.0.9.0/24")), Org: "acme",
+			Revision: 1, Allocations: []netip.Prefix{netip.MustParsePrefix("10.0.9.0/24")}, Attributes: identity.Attributes{Username: "ghost"}}
 		if _, err := p.client.SetSession(context.Background(), stale, 0); err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/svc-pf/svc-pf/internal/identity"
 	"github.com/svc-pf/svc-pf/internal/orgstore"
 	"github.com/svc-pf/svc-pf/internal/orgstore/storetest"
 	"github.com/svc-pf/svc-pf/internal/session"
@@ -106,7 +107,7 @@ func (f *fixture) org(id string, prefixes ...string) {
 
 func (f *fixture) put(org, cidr, user string, meta string) {
 	f.t.Helper()
-	o := orgstore.Override{CIDR: netip.MustParsePrefix(cidr), Username: user}
+	o := orgstore.Override{CIDR: netip.MustParsePrefix(cidr), Attributes: identity.Attributes{Username: user}}
 	if meta != "" {
 		o.Meta = []byte(meta)
 	}
@@ -141,7 +142,7 @@ func ids(ss []session.Session) []string {
 }
 
 func id(org, orig, user string) string {
-	return session.NewID(org, netip.MustParsePrefix(orig), user, "", "")
+	return session.NewID(identity.Identity{Org: org, Attributes: identity.Attributes{Username: user}}, netip.MustParsePrefix(orig))
 }
 
 func TestFirstDeployRepublishesInFull(t *testing.T) {
@@ -466,18 +467,18 @@ func TestComputeSessions(t *testing.T) {
 	snap := Compute("acme", orgstore.View{Version: 7,
 		Prefixes: []netip.Prefix{p("10.0.0.0/9"), p("10.128.0.0/9")},
 		Overrides: []orgstore.Override{
-			{CIDR: p("10.0.0.0/8"), Username: "a", TraceID: "t"},
-			{CIDR: p("10.1.0.0/16"), Location: "l"},
+			{CIDR: p("10.0.0.0/8"), Attributes: identity.Attributes{Username: "a"}, TraceID: "t"},
+			{CIDR: p("10.1.0.0/16"), Attributes: identity.Attributes{Location: "l"}},
 		}})
 	// The /9 prefixes are wholly overridden: no session of their own.
 	if len(snap.Ranges) != 3 || len(snap.Sessions) != 2 {
 		t.Fatalf("ranges %v sessions %v", snap.Ranges, snap.Sessions)
 	}
-	a := snap.Sessions[session.NewID("acme", p("10.0.0.0/8"), "a", "", "")]
+	a := snap.Sessions[session.NewID(identity.Identity{Org: "acme", Attributes: identity.Attributes{Username: "a"}}, p("10.0.0.0/8"))]
 	if a.TraceID != "t" || fmt.Sprint(a.Allocations) != "[10.0.0.0/8]" {
 		t.Fatalf("session a %+v", a)
 	}
-	l := snap.Sessions[session.NewID("acme", p("10.1.0.0/16"), "", "", "l")]
+	l := snap.Sessions[session.NewID(identity.Identity{Org: "acme", Attributes: identity.Attributes{Location: "l"}}, p("10.1.0.0/16"))]
 	if fmt.Sprint(l.Allocations) != "[10.1.0.0/16]" || l.Location != "l" {
 		t.Fatalf("session l %+v", l)
 	}
@@ -518,7 +519,7 @@ func TestSessionsResolveLikeRanges(t *testing.T) {
 				p := sub(wide, 11)
 				if !seen[p] {
 					seen[p] = true
-					v.Overrides = append(v.Overrides, orgstore.Override{CIDR: p, Username: fmt.Sprint("u", rng.IntN(3))})
+					v.Overrides = append(v.Overrides, orgstore.Override{CIDR: p, Attributes: identity.Attributes{Username: fmt.Sprint("u", rng.IntN(3))}})
 				}
 			}
 		}
@@ -548,7 +549,7 @@ func TestSessionsResolveLikeRanges(t *testing.T) {
 					continue
 				}
 				r := snap.Ranges[k]
-				want := session.NewID("acme", r.Orig, r.Attrs.Username, r.Attrs.DeviceID, r.Attrs.Location)
+				want := session.NewID(identity.Identity{Org: "acme", Attributes: identity.Attributes{Username: r.Attrs.Username, DeviceID: r.Attrs.DeviceID, Location: r.Attrs.Location}}, r.Orig)
 				if best.ID != want {
 					t.Fatalf("iteration %d, %s: session %v %+v, range %v %+v\n%+v", iter, a, best.Allocations, best, r.Orig, r.Attrs, v)
 				}

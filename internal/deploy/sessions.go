@@ -6,10 +6,12 @@ import (
 	"net/netip"
 	"slices"
 
+	"go4.org/netipx"
+
+	"github.com/svc-pf/svc-pf/internal/identity"
 	"github.com/svc-pf/svc-pf/internal/orgstore"
 	"github.com/svc-pf/svc-pf/internal/ranges"
 	"github.com/svc-pf/svc-pf/internal/session"
-	"go4.org/netipx"
 )
 
 // Snapshot is one computed state of an organisation: what a deploy
@@ -45,16 +47,16 @@ func Compute(org string, v orgstore.View) *Snapshot {
 			continue // outside-prefixes: held back
 		}
 		covered.AddPrefix(o.CIDR)
-		id := session.NewID(org, o.CIDR, o.Username, o.DeviceID, o.Location)
+		id := session.NewID(identity.Identity{Org: org, Attributes: o.Attributes}, o.CIDR)
 		sessions[id] = session.Session{ID: id, Org: org, Allocations: []netip.Prefix{allocation(o.CIDR)},
-			Username: o.Username, DeviceID: o.DeviceID, Location: o.Location, TraceID: o.TraceID}
+			Attributes: o.Attributes, TraceID: o.TraceID}
 	}
 	overridden, _ := covered.IPSet()
 	for _, p := range v.Prefixes {
 		if overridden.ContainsPrefix(p) {
 			continue // every address resolves to an override
 		}
-		id := session.NewID(org, p, "", "", "")
+		id := session.NewID(identity.Identity{Org: org}, p)
 		sessions[id] = session.Session{ID: id, Org: org, Allocations: []netip.Prefix{allocation(p)}}
 	}
 	return &Snapshot{Version: v.Version, Prefixes: v.Prefixes, Ranges: EffectiveRanges(v), Sessions: sessions}
@@ -64,7 +66,7 @@ func Compute(org string, v orgstore.View) *Snapshot {
 func EffectiveRanges(v orgstore.View) []ranges.Range {
 	overrides := make([]ranges.Override, len(v.Overrides))
 	for i, o := range v.Overrides {
-		overrides[i] = ranges.Override{CIDR: o.CIDR, Attrs: ranges.Attributes{Username: o.Username, DeviceID: o.DeviceID, Location: o.Location}}
+		overrides[i] = ranges.Override{CIDR: o.CIDR, Attrs: o.Attributes}
 	}
 	return ranges.Effective(v.Prefixes, overrides)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/svc-pf/svc-pf/internal/identity"
 	"github.com/svc-pf/svc-pf/internal/natsbus"
 	"github.com/svc-pf/svc-pf/internal/session"
 )
@@ -133,9 +134,7 @@ func mkSession(i int, org string) session.Session {
 		Org:         org,
 		Revision:    1,
 		Allocations: []netip.Prefix{netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}), 32)},
-		Username:    fmt.Sprintf("user%d", i),
-		DeviceID:    fmt.Sprintf("dev%d", i),
-		Location:    "hq",
+		Attributes:  identity.Attributes{Username: fmt.Sprintf("user%d", i), DeviceID: fmt.Sprintf("dev%d", i), Location: "hq"},
 	}
 }
 

@@ -734,8 +734,8 @@ func (s *Service) reconcile(ids []string) {
 			s.log.Warn("cannot re-read session after a failed write; the table may lag the bucket until the next write of it", "id", id, "err", err)
 			break
 		}
-		var stored session.Session
-		if err := json.Unmarshal(e.Value(), &stored); err != nil || stored.ID != id || stored.Validate() != nil {
+		stored, err := session.Decode(id, e.Value())
+		if err != nil {
 			// Every node drops a key whose value it cannot use as a
 			// session; so does the table.
 			if _, ok := ix.Get(id); ok {
@@ -743,8 +743,8 @@ func (s *Service) reconcile(ids []string) {
 			}
 			continue
 		}
-		if cur, ok := ix.Get(id); !ok || !sameContent(cur.Session(), &stored) || !cur.UpdatedAt().Equal(stored.UpdatedAt) {
-			upserts = append(upserts, &stored)
+		if cur, ok := ix.Get(id); !ok || !sameContent(cur.Session(), stored) || !cur.UpdatedAt().Equal(stored.UpdatedAt) {
+			upserts = append(upserts, stored)
 		}
 	}
 	if len(upserts)+len(deletes) > 0 {

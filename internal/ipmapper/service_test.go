@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/svc-pf/svc-pf/internal/identity"
 	"github.com/svc-pf/svc-pf/internal/natsbus"
 	"github.com/svc-pf/svc-pf/internal/session"
 )
@@ -28,11 +29,10 @@ func TestSetSessionStoresPlainSessionJSONAndAnswersEveryQuery(t *testing.T) {
 		Org:         "acme",
 		Revision:    7,
 		Allocations: []netip.Prefix{mustPrefix("192.0.2.0/24"), mustPrefix("2001:db8:1::/48")},
-		Username:    "alice",
-		DeviceID:    "laptop-1",
-		Location:    "paris",
-		TraceID:     "trace-1",
-		OpaqueID:    "radius-42",
+		Attributes:  identity.Attributes{Username: "alice", DeviceID: "laptop-1", Location: "paris"},
+
+		TraceID:  "trace-1",
+		OpaqueID: "radius-42",
 	}
 	got, err := f.client.SetSession(ctx, in, time.Hour)
 	if err != nil {
@@ -116,7 +116,7 @@ func TestSetSessionMergeRules(t *testing.T) {
 	base := session.Session{
 		ID: "m", Org: "acme", Revision: 3,
 		Allocations: []netip.Prefix{mustPrefix("192.0.2.0/25")},
-		Username:    "alice", DeviceID: "d1", Location: "paris", TraceID: "t1",
+		Attributes:  identity.Attributes{Username: "alice", DeviceID: "d1", Location: "paris"}, TraceID: "t1",
 	}
 	tests := []struct {
 		name   string
@@ -129,7 +129,7 @@ func TestSetSessionMergeRules(t *testing.T) {
 			session.Session{ID: "m", Org: "acme", Allocations: []netip.Prefix{mustPrefix("2001:db8::/64")}},
 			func(s *session.Session) { s.Allocations = []netip.Prefix{mustPrefix("2001:db8::/64")} }},
 		{"strings replace when set",
-			session.Session{ID: "m", Org: "acme", Username: "bob", DeviceID: "d2", Location: "rome", TraceID: "t2"},
+			session.Session{ID: "m", Org: "acme", Attributes: identity.Attributes{Username: "bob", DeviceID: "d2", Location: "rome"}, TraceID: "t2"},
 			func(s *session.Session) { s.Username, s.DeviceID, s.Location, s.TraceID = "bob", "d2", "rome", "t2" }},
 		{"opaque_id may be set when empty", session.Session{ID: "m", Org: "acme", OpaqueID: "o1"},
 			func(s *session.Session) { s.OpaqueID = "o1" }},
@@ -198,7 +198,7 @@ func TestSetSessionUnchangedKeepsUpdatedAtAndSkipsWrite(t *testing.T) {
 func TestOpaqueIDIsImmutable(t *testing.T) {
 	f := startFixture(t, nil)
 	ctx := ctxT(t)
-	s := session.Session{ID: "o", Org: "acme", OpaqueID: "first", Username: "alice"}
+	s := session.Session{ID: "o", Org: "acme", OpaqueID: "first", Attributes: identity.Attributes{Username: "alice"}}
 	if _, err := f.client.SetSession(ctx, s, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +215,7 @@ func TestOpaqueIDIsImmutable(t *testing.T) {
 	}
 	// Same opaque_id, or none, is fine.
 	for _, op := range []string{"first", ""} {
-		if _, err := f.client.SetSession(ctx, session.Session{ID: "o", Org: "acme", OpaqueID: op, Location: "x" + op}, 0); err != nil {
+		if _, err := f.client.SetSession(ctx, session.Session{ID: "o", Org: "acme", OpaqueID: op, Attributes: identity.Attributes{Location: "x" + op}}, 0); err != nil {
 			t.Fatalf("opaque_id %q: %v", op, err)
 		}
 	}
@@ -314,7 +314,7 @@ func TestTTLExpiryAndSweep(t *testing.T) {
 	f := startFixture(t, nil)
 	ctx := ctxT(t)
 	kv := kvOf(t, f.bus.nc)
-	got, err := f.client.SetSession(ctx, session.Session{ID: "t", Org: "acme", Username: "u"}, 90*time.Second)
+	got, err := f.client.SetSession(ctx, session.Session{ID: "t", Org: "acme", Attributes: identity.Attributes{Username: "u"}}, 90*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -322,7 +322,7 @@ func TestTTLExpiryAndSweep(t *testing.T) {
 		t.Fatalf("expires_at = %v", got.ExpiresAt)
 	}
 	// ttl 0 keeps the expiry; a fresh ttl moves it.
-	got, _ = f.client.SetSession(ctx, session.Session{ID: "t", Org: "acme", Location: "l"}, 0)
+	got, _ = f.client.SetSession(ctx, session.Session{ID: "t", Org: "acme", Attributes: identity.Attributes{Location: "l"}}, 0)
 	if got.ExpiresAt == nil || !got.ExpiresAt.Equal(f.clock.Now().Add(90*time.Second)) {
 		t.Fatalf("ttl 0 changed expires_at: %v", got.ExpiresAt)
 	}
@@ -366,7 +366,7 @@ func TestTTLExpiryAndSweep(t *testing.T) {
 func TestExpiredSessionIsReplacedNotMerged(t *testing.T) {
 	f := startFixture(t, nil)
 	ctx := ctxT(t)
-	if _, err := f.client.SetSession(ctx, session.Session{ID: "e", Org: "a", OpaqueID: "o1", Username: "old"}, time.Second); err != nil {
+	if _, err := f.client.SetSession(ctx, session.Session{ID: "e", Org: "a", OpaqueID: "o1", Attributes: identity.Attributes{Username: "old"}}, time.Second); err != nil {
 		t.Fatal(err)
 	}
 	f.clock.Advance(2 * time.Second)
@@ -412,11 +412,11 @@ func TestSetSessionBatchItemErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	batch := []session.Session{
-		{ID: "a", Org: "o", Username: "u1"},
+		{ID: "a", Org: "o", Attributes: identity.Attributes{Username: "u1"}},
 		{ID: "", Org: "o"},
 		{ID: "b", Org: "o"},
 		{ID: "other", Org: "o"},
-		{ID: "a", Org: "o", DeviceID: "d1"}, // merges over item 0
+		{ID: "a", Org: "o", Attributes: identity.Attributes{DeviceID: "d1"}}, // merges over item 0
 		{ID: "c"},
 	}
 	n, err := f.client.SetSessionBatch(ctx, batch)
@@ -477,7 +477,7 @@ func TestSetSessionBatchSplitsOverMaxPayload(t *testing.T) {
 		t.Fatalf("test batch is only %d bytes; max payload %d", size, f.bus.nc.MaxPayload())
 	}
 	// One session larger than a message is refused by the client, by index.
-	huge := session.Session{ID: "huge", Org: "big", Location: strings.Repeat("x", int(f.bus.nc.MaxPayload()))}
+	huge := session.Session{ID: "huge", Org: "big", Attributes: identity.Attributes{Location: strings.Repeat("x", int(f.bus.nc.MaxPayload()))}}
 	sessions = slices.Insert(sessions, 5000, huge)
 
 	stored, err := f.client.SetSessionBatch(ctx, sessions)
@@ -653,11 +653,11 @@ func TestKVWriteFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := startFixtureOn(t, b, nil)
-	orig := session.Session{ID: "k", Org: "a", Username: "small"}
+	orig := session.Session{ID: "k", Org: "a", Attributes: identity.Attributes{Username: "small"}}
 	if _, err := f.client.SetSession(ctx, orig, 0); err != nil {
 		t.Fatal(err)
 	}
-	big := session.Session{ID: "k", Org: "a", Username: strings.Repeat("u", 400)}
+	big := session.Session{ID: "k", Org: "a", Attributes: identity.Attributes{Username: strings.Repeat("u", 400)}}
 	_, err = f.client.SetSession(ctx, big, 0)
 	var re *RemoteError
 	if !errors.As(err, &re) || re.Code != 500 || !strings.Contains(re.Message, "store session") {
@@ -684,7 +684,7 @@ func TestKVWriteFailure(t *testing.T) {
 	// A failed write re-reads its key: if the bucket holds something else
 	// (here written behind the IP Mapper's back, as a write whose ack was
 	// lost would be), the table follows the bucket.
-	landed := session.Session{ID: "k", Org: "a", Username: "landed", Allocations: []netip.Prefix{}, UpdatedAt: f.clock.Now()}
+	landed := session.Session{ID: "k", Org: "a", Attributes: identity.Attributes{Username: "landed"}, Allocations: []netip.Prefix{}, UpdatedAt: f.clock.Now()}
 	lb, _ := json.Marshal(landed)
 	if _, err := kvOf(t, b.nc).Put(ctx, "k", lb); err != nil {
 		t.Fatal(err)
@@ -698,7 +698,7 @@ func TestKVWriteFailure(t *testing.T) {
 	if list, _ := f.client.GetSessions(ctx, Query{ID: "k"}); len(list) != 1 || list[0].Username != "landed" {
 		t.Fatalf("table not reconciled with the bucket: %+v", list)
 	}
-	if _, err := f.client.SetSessionBatch(ctx, []session.Session{{ID: "ok1", Org: "a", Username: strings.Repeat("u", 400)}}); err == nil {
+	if _, err := f.client.SetSessionBatch(ctx, []session.Session{{ID: "ok1", Org: "a", Attributes: identity.Attributes{Username: strings.Repeat("u", 400)}}}); err == nil {
 		t.Fatal("oversized batch item accepted")
 	}
 	if list, _ := f.client.GetSessions(ctx, Query{ID: "ok1"}); len(list) != 0 {
@@ -738,7 +738,7 @@ func TestKVDeleteFailureKeepsSessions(t *testing.T) {
 	if n, err := f.svc.sweep(); err == nil || n != 0 {
 		t.Fatalf("sweep on a sealed bucket: removed %d, err %v", n, err)
 	}
-	if _, err := f.client.SetSession(ctx, session.Session{ID: "a1", Org: "a", Username: "new"}, 0); err == nil {
+	if _, err := f.client.SetSession(ctx, session.Session{ID: "a1", Org: "a", Attributes: identity.Attributes{Username: "new"}}, 0); err == nil {
 		t.Fatal("set-session on a sealed bucket succeeded")
 	}
 	list, _ := f.client.GetSessions(ctx, Query{Org: "a"})
@@ -822,7 +822,7 @@ func TestRestartReloadsFromBucket(t *testing.T) {
 	if _, err := f1.client.SetSession(ctx, session.Session{ID: "s000001", Org: "other"}, 0); err == nil {
 		t.Fatal("reloaded session's org not enforced")
 	}
-	got, err := f1.client.SetSession(ctx, session.Session{ID: "s000001", Org: "r", Location: "moved"}, 0)
+	got, err := f1.client.SetSession(ctx, session.Session{ID: "s000001", Org: "r", Attributes: identity.Attributes{Location: "moved"}}, 0)
 	if err != nil || got.Username != "user1" {
 		t.Fatalf("merge over a reloaded session: %+v, %v", got, err)
 	}
@@ -1124,16 +1124,16 @@ func TestGetSessionsOversizedSessionIsAnError(t *testing.T) {
 	// bytes of JSON in the bucket.
 	build := func(id string, valueSize int) {
 		t.Helper()
-		want := session.Session{ID: id, Org: "o", Allocations: []netip.Prefix{}, Username: strings.Repeat("u", maxPayload/2), UpdatedAt: f.clock.Now()}
+		want := session.Session{ID: id, Org: "o", Allocations: []netip.Prefix{}, Attributes: identity.Attributes{Username: strings.Repeat("u", maxPayload/2)}, UpdatedAt: f.clock.Now()}
 		base, _ := json.Marshal(want)
 		want.Location = strings.Repeat("l", valueSize-len(base)-len(`,"location":""`))
 		if v, _ := json.Marshal(want); len(v) != valueSize {
 			t.Fatalf("test arithmetic: value is %d bytes, want %d", len(v), valueSize)
 		}
-		if _, err := f.client.SetSession(ctx, session.Session{ID: id, Org: "o", Username: want.Username}, 0); err != nil {
+		if _, err := f.client.SetSession(ctx, session.Session{ID: id, Org: "o", Attributes: identity.Attributes{Username: want.Username}}, 0); err != nil {
 			t.Fatal(err)
 		}
-		got, err := f.client.SetSession(ctx, session.Session{ID: id, Org: "o", Location: want.Location}, 0)
+		got, err := f.client.SetSession(ctx, session.Session{ID: id, Org: "o", Attributes: identity.Attributes{Location: want.Location}}, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1227,7 +1227,7 @@ func TestReconcileDropsInvalidBucketValue(t *testing.T) {
 	if _, err := kvOf(t, b.nc).Put(ctx, "k", []byte(`{"id":"k","org":"a","allocations":["::ffff:10.0.0.0/104"]}`)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.client.SetSession(ctx, session.Session{ID: "k", Org: "a", Username: strings.Repeat("u", 400)}, 0); err == nil {
+	if _, err := f.client.SetSession(ctx, session.Session{ID: "k", Org: "a", Attributes: identity.Attributes{Username: strings.Repeat("u", 400)}}, 0); err == nil {
 		t.Fatal("oversized write accepted")
 	}
 	if list, _ := f.client.GetSessions(ctx, Query{ID: "k"}); len(list) != 0 {
@@ -1335,7 +1335,7 @@ func TestPurgeDeletesRemovesOldMarkersOnly(t *testing.T) {
 func TestPurgeKeepsAWriteAfterTheMarker(t *testing.T) {
 	f := startFixture(t, nil)
 	ctx := ctxT(t)
-	if _, err := f.client.SetSession(ctx, session.Session{ID: "k", Org: "a", Username: "first"}, 0); err != nil {
+	if _, err := f.client.SetSession(ctx, session.Session{ID: "k", Org: "a", Attributes: identity.Attributes{Username: "first"}}, 0); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.client.CleanSessions(ctx, CleanRequest{IDs: []string{"k"}}); err != nil {
@@ -1345,7 +1345,7 @@ func TestPurgeKeepsAWriteAfterTheMarker(t *testing.T) {
 	if err != nil || len(listed) != 1 || listed[0].key != "k" {
 		t.Fatalf("markers %+v, %v", listed, err)
 	}
-	if _, err := f.client.SetSession(ctx, session.Session{ID: "k", Org: "a", Username: "again"}, 0); err != nil {
+	if _, err := f.client.SetSession(ctx, session.Session{ID: "k", Org: "a", Attributes: identity.Attributes{Username: "again"}}, 0); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := f.svc.store.purgeMarkers(ctx, listed); err != nil || n != 1 {

@@ -141,23 +141,13 @@ func (st *store) load(ctx context.Context, put func(*session.Session)) (loaded, 
 				// The watcher's marker: every stored value has been delivered.
 				return loaded, skipped, nil
 			}
-			var s session.Session
-			if err := json.Unmarshal(e.Value(), &s); err != nil {
-				st.log.Warn("skipping undecodable session in KV", "key", e.Key(), "err", err)
-				skipped++
-				continue
-			}
-			if s.ID != e.Key() {
-				st.log.Warn("skipping session whose id differs from its KV key", "key", e.Key(), "id", s.ID)
-				skipped++
-				continue
-			}
-			if err := s.Validate(); err != nil {
+			s, err := session.Decode(e.Key(), e.Value())
+			if err != nil {
 				st.log.Warn("skipping invalid session in KV", "key", e.Key(), "err", err)
 				skipped++
 				continue
 			}
-			put(&s)
+			put(s)
 			loaded++
 		}
 	}

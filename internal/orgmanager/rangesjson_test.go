@@ -6,15 +6,16 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/svc-pf/svc-pf/internal/identity"
 	"github.com/svc-pf/svc-pf/internal/ranges"
 )
 
 func TestAppendRangesBody(t *testing.T) {
 	rs := []ranges.Range{
 		{From: netip.MustParseAddr("10.0.0.0"), To: netip.MustParseAddr("10.0.0.255"), Orig: netip.MustParsePrefix("10.0.0.0/24"),
-			Attrs: ranges.Attributes{Username: "a\"b\\c\n\x01<&>é\u2028", DeviceID: "mac:1"}},
+			Attrs: identity.Attributes{Username: "a\"b\\c\n\x01<&>é\u2028", DeviceID: "mac:1"}},
 		{From: netip.MustParseAddr("2001:db8::"), To: netip.MustParseAddr("2001:db8::ffff"), Orig: netip.MustParsePrefix("2001:db8::/112"),
-			Attrs: ranges.Attributes{Location: "lab"}},
+			Attrs: identity.Attributes{Location: "lab"}},
 		{From: netip.MustParseAddr("10.0.1.0"), To: netip.MustParseAddr("10.0.1.0"), Orig: netip.MustParsePrefix("10.0.1.0/32")},
 	}
 	out := appendRangesBody(nil, 7, true, "2026-01-02T03:04:05Z", rs)

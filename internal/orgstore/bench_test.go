@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/svc-pf/svc-pf/internal/identity"
 	"github.com/svc-pf/svc-pf/internal/orgstore"
 	"github.com/svc-pf/svc-pf/internal/orgstore/storetest"
 )
@@ -63,11 +64,9 @@ func benchOps(n, salt int) []orgstore.BatchOp {
 			a = netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
 		}
 		ops[i].Override = orgstore.Override{
-			CIDR:     netip.PrefixFrom(a, a.BitLen()),
-			Username: fmt.Sprintf("user-%d-%d", salt, i),
-			DeviceID: fmt.Sprintf("mac:02:00:00:%02x:%02x:%02x", byte(i>>16), byte(i>>8), byte(i)),
-			Location: fmt.Sprintf("site-%d", i%50),
-			Meta:     json.RawMessage(fmt.Sprintf(`{"trace_id":"tr-%d-%d","x_plan":"gold"}`, salt, i)),
+			CIDR:       netip.PrefixFrom(a, a.BitLen()),
+			Attributes: identity.Attributes{Username: fmt.Sprintf("user-%d-%d", salt, i), DeviceID: fmt.Sprintf("mac:02:00:00:%02x:%02x:%02x", byte(i>>16), byte(i>>8), byte(i)), Location: fmt.Sprintf("site-%d", i%50)},
+			Meta:       json.RawMessage(fmt.Sprintf(`{"trace_id":"tr-%d-%d","x_plan":"gold"}`, salt, i)),
 		}
 	}
 	return ops

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/svc-pf/svc-pf/internal/identity"
 	"github.com/svc-pf/svc-pf/internal/orgstore"
 	"github.com/svc-pf/svc-pf/internal/orgstore/storetest"
 )
@@ -30,7 +31,7 @@ func TestSingleReadsFollowWrites(t *testing.T) {
 		if _, err := s.PutOrg(ctx, "acme"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.PutOverride(ctx, "acme", orgstore.Override{CIDR: p("10.1.0.0/16"), Username: "a"}); err != nil {
+		if _, err := s.PutOverride(ctx, "acme", orgstore.Override{CIDR: p("10.1.0.0/16"), Attributes: identity.Attributes{Username: "a"}}); err != nil {
 			t.Fatal(err)
 		}
 		if v := read(); v.Overrides[0].Username != "a" || len(v.Prefixes) != 0 {
@@ -43,7 +44,7 @@ func TestSingleReadsFollowWrites(t *testing.T) {
 		if v := read(); len(v.Prefixes) != 1 {
 			t.Fatalf("prefix change not seen: %+v", v)
 		}
-		if _, err := s.ApplyBatch(ctx, "acme", []orgstore.BatchOp{{Override: orgstore.Override{CIDR: p("10.1.0.0/16"), Username: "b"}}}); err != nil {
+		if _, err := s.ApplyBatch(ctx, "acme", []orgstore.BatchOp{{Override: orgstore.Override{CIDR: p("10.1.0.0/16"), Attributes: identity.Attributes{Username: "b"}}}}); err != nil {
 			t.Fatal(err)
 		}
 		if v := read(); v.Overrides[0].Username != "b" {
@@ -62,7 +63,7 @@ func TestSingleReadsFollowWrites(t *testing.T) {
 		if _, err := s.ReadOverride(ctx, "acme", p("10.1.0.0/16")); err != orgstore.ErrOverrideNotFound {
 			t.Fatalf("deleted override read: %v", err)
 		}
-		if _, err := s.PutOverride(ctx, "acme", orgstore.Override{CIDR: p("10.1.0.0/16"), Username: "c"}); err != nil {
+		if _, err := s.PutOverride(ctx, "acme", orgstore.Override{CIDR: p("10.1.0.0/16"), Attributes: identity.Attributes{Username: "c"}}); err != nil {
 			t.Fatal(err)
 		}
 		read()
@@ -106,7 +107,7 @@ func TestCachedReadsUnderConcurrentWrites(t *testing.T) {
 	var last string
 	for i := range 300 {
 		last = fmt.Sprint("user-", i)
-		if _, err := s.PutOverride(ctx, "acme", orgstore.Override{CIDR: cidr, Username: last}); err != nil {
+		if _, err := s.PutOverride(ctx, "acme", orgstore.Override{CIDR: cidr, Attributes: identity.Attributes{Username: last}}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/svc-pf/svc-pf/internal/identity"
 )
 
 // referenceTraceID is the obvious, slow definition TraceID must agree with.
@@ -258,7 +260,9 @@ func TestOverlapLookups(t *testing.T) {
 
 func TestPlanBatch(t *testing.T) {
 	p := func(s string) netip.Prefix { return netip.MustParsePrefix(s) }
-	up := func(c, u string) BatchOp { return BatchOp{Override: Override{CIDR: p(c), Username: u}} }
+	up := func(c, u string) BatchOp {
+		return BatchOp{Override: Override{CIDR: p(c), Attributes: identity.Attributes{Username: u}}}
+	}
 	del := func(c string) BatchOp { return BatchOp{Delete: true, Override: Override{CIDR: p(c)}} }
 	deletes, upserts, err := planBatch([]BatchOp{
 		up("10.0.0.0/24", "a"), del("10.0.0.0/24"),

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+
+	"github.com/svc-pf/svc-pf/internal/identity"
 )
 
 // PutOverride creates or replaces the organisation's override for o.CIDR
@@ -493,13 +495,11 @@ func (s *Store) readOverride(ctx context.Context, org string, cidr netip.Prefix)
 		}
 		found = true
 		o := Override{
-			CIDR:     cidr,
-			Username: username.String,
-			DeviceID: deviceID.String,
-			Location: location.String,
-			TraceID:  traceID.String,
-			CTime:    fromMicros(ctime.Int64),
-			MTime:    fromMicros(mtime.Int64),
+			CIDR:       cidr,
+			Attributes: identity.Attributes{Username: username.String, DeviceID: deviceID.String, Location: location.String},
+			TraceID:    traceID.String,
+			CTime:      fromMicros(ctime.Int64),
+			MTime:      fromMicros(mtime.Int64),
 		}
 		if meta != nil {
 			o.Meta = append([]byte(nil), meta...)

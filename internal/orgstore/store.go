@@ -22,6 +22,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+
+	"github.com/svc-pf/svc-pf/internal/identity"
 )
 
 // Config configures Open.
@@ -78,10 +80,8 @@ type OrgVersion struct {
 
 // Override is one per-CIDR override. Strings are "" when absent.
 type Override struct {
-	CIDR     netip.Prefix
-	Username string
-	DeviceID string
-	Location string
+	CIDR netip.Prefix
+	identity.Attributes
 	// Meta is the JSON object the client sent (compact), nil when absent.
 	Meta json.RawMessage
 	// TraceID is derived on write from Meta (see TraceID); what a caller puts

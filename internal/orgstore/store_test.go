@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/svc-pf/svc-pf/internal/identity"
 	"github.com/svc-pf/svc-pf/internal/orgstore"
 	"github.com/svc-pf/svc-pf/internal/orgstore/storetest"
 )
@@ -474,7 +475,7 @@ func TestOverrides(t *testing.T) {
 		}
 
 		first := orgstore.Override{
-			CIDR: pfx("10.1.0.0/16"), Username: "alice", DeviceID: "mac:00:11:22:33:44:55", Location: "hq",
+			CIDR: pfx("10.1.0.0/16"), Attributes: identity.Attributes{Username: "alice", DeviceID: "mac:00:11:22:33:44:55", Location: "hq"},
 			Meta:    json.RawMessage(`{ "trace_id" : "t-1", "x_team": {"a": [1, 2]} }`),
 			TraceID: "ignored: derived from meta",
 		}
@@ -483,7 +484,7 @@ func TestOverrides(t *testing.T) {
 		}
 		got := must[orgstore.View](t)(s.ReadOverride(ctx, "acme", first.CIDR))
 		want := orgstore.Override{
-			CIDR: first.CIDR, Username: "alice", DeviceID: "mac:00:11:22:33:44:55", Location: "hq",
+			CIDR: first.CIDR, Attributes: identity.Attributes{Username: "alice", DeviceID: "mac:00:11:22:33:44:55", Location: "hq"},
 			Meta: json.RawMessage(`{"trace_id":"t-1","x_team":{"a":[1,2]}}`), TraceID: "t-1",
 			CTime: t0, MTime: t0,
 		}
@@ -496,23 +497,23 @@ func TestOverrides(t *testing.T) {
 
 		// Overwrite replaces everything, keeps CTime, moves MTime.
 		clk.Advance(90 * time.Second)
-		if v := must[int64](t)(s.PutOverride(ctx, "acme", orgstore.Override{CIDR: first.CIDR, Location: "branch"})); v != 4 {
+		if v := must[int64](t)(s.PutOverride(ctx, "acme", orgstore.Override{CIDR: first.CIDR, Attributes: identity.Attributes{Location: "branch"}})); v != 4 {
 			t.Fatalf("PutOverride(overwrite) = %d, want 4", v)
 		}
 		got = must[orgstore.View](t)(s.ReadOverride(ctx, "acme", first.CIDR))
-		want = orgstore.Override{CIDR: first.CIDR, Location: "branch", CTime: t0, MTime: t0.Add(90 * time.Second)}
+		want = orgstore.Override{CIDR: first.CIDR, Attributes: identity.Attributes{Location: "branch"}, CTime: t0, MTime: t0.Add(90 * time.Second)}
 		if !equalOverride(got.Overrides[0], want) {
 			t.Fatalf("after overwrite: %+v, want %+v", got.Overrides[0], want)
 		}
 		// Even an identical overwrite bumps the version.
-		if v := must[int64](t)(s.PutOverride(ctx, "acme", orgstore.Override{CIDR: first.CIDR, Location: "branch"})); v != 5 {
+		if v := must[int64](t)(s.PutOverride(ctx, "acme", orgstore.Override{CIDR: first.CIDR, Attributes: identity.Attributes{Location: "branch"}})); v != 5 {
 			t.Fatalf("PutOverride(identical) = %d, want 5", v)
 		}
 
 		// An override outside the prefixes is stored like any other; order
 		// is IPv4 first, then address, then length.
 		for _, c := range []string{"2001:db8::/48", "10.1.0.0/24", "192.168.1.0/24", "10.1.0.0/17", "::/0", "0.0.0.0/0", "10.0.0.0/8", "2001:db8::1/128"} {
-			must[int64](t)(s.PutOverride(ctx, "acme", orgstore.Override{CIDR: pfx(c), Username: "u-" + c}))
+			must[int64](t)(s.PutOverride(ctx, "acme", orgstore.Override{CIDR: pfx(c), Attributes: identity.Attributes{Username: "u-" + c}}))
 		}
 		wantOrder := pfxs("0.0.0.0/0", "10.0.0.0/8", "10.1.0.0/16", "10.1.0.0/17", "10.1.0.0/24", "192.168.1.0/24", "::/0", "2001:db8::/48", "2001:db8::1/128")
 		for _, d := range []orgstore.Detail{orgstore.CIDROnly, orgstore.Identity, orgstore.Full} {
@@ -557,7 +558,7 @@ func TestOverrides(t *testing.T) {
 		}
 		// Overrides are per organisation: the same CIDR elsewhere is separate.
 		must[int64](t)(s.PutOrg(ctx, "other"))
-		must[int64](t)(s.PutOverride(ctx, "other", orgstore.Override{CIDR: first.CIDR, Username: "bob"}))
+		must[int64](t)(s.PutOverride(ctx, "other", orgstore.Override{CIDR: first.CIDR, Attributes: identity.Attributes{Username: "bob"}}))
 		if o := must[orgstore.View](t)(s.ReadOverride(ctx, "acme", first.CIDR)).Overrides[0]; o.Location != "branch" || o.Username != "" {
 			t.Fatalf("acme's override changed by other's write: %+v", o)
 		}
@@ -586,9 +587,9 @@ func TestOverrideValidation(t *testing.T) {
 			{CIDR: c, Meta: json.RawMessage(`{} {}`)},
 			{CIDR: c, Meta: json.RawMessage("{\"a\":\"\xff\"}")},
 			{CIDR: c, Meta: json.RawMessage(`{"trace_id":"a\u0000b"}`)},
-			{CIDR: c, Username: "nul\x00"},
-			{CIDR: c, DeviceID: "\xfe"},
-			{CIDR: c, Location: "x\x00"},
+			{CIDR: c, Attributes: identity.Attributes{Username: "nul\x00"}},
+			{CIDR: c, Attributes: identity.Attributes{DeviceID: "\xfe"}},
+			{CIDR: c, Attributes: identity.Attributes{Location: "x\x00"}},
 		}
 		for _, o := range bad {
 			if _, err := s.PutOverride(ctx, "acme", o); !errors.Is(err, orgstore.ErrInvalidInput) {
@@ -598,7 +599,7 @@ func TestOverrideValidation(t *testing.T) {
 		wantVersion(t, s, "acme", 1)
 
 		// NUL inside meta is fine as an escape; unicode survives.
-		ok := orgstore.Override{CIDR: c, Username: "ünï", Meta: json.RawMessage(`{"x_k":"a\u0000b","trace_id":5}`)}
+		ok := orgstore.Override{CIDR: c, Attributes: identity.Attributes{Username: "ünï"}, Meta: json.RawMessage(`{"x_k":"a\u0000b","trace_id":5}`)}
 		must[int64](t)(s.PutOverride(ctx, "acme", ok))
 		got := must[orgstore.View](t)(s.ReadOverride(ctx, "acme", c)).Overrides[0]
 		if got.Username != "ünï" || string(got.Meta) != `{"x_k":"a\u0000b","trace_id":5}` || got.TraceID != "" {
@@ -623,7 +624,7 @@ func TestApplyBatch(t *testing.T) {
 			t.Fatalf("empty batch = %d, want 1 (no bump)", v)
 		}
 		up := func(c, user string) orgstore.BatchOp {
-			return orgstore.BatchOp{Override: orgstore.Override{CIDR: pfx(c), Username: user, Meta: json.RawMessage(`{"trace_id":"` + user + `"}`)}}
+			return orgstore.BatchOp{Override: orgstore.Override{CIDR: pfx(c), Attributes: identity.Attributes{Username: user}, Meta: json.RawMessage(`{"trace_id":"` + user + `"}`)}}
 		}
 		del := func(c string) orgstore.BatchOp {
 			return orgstore.BatchOp{Delete: true, Override: orgstore.Override{CIDR: pfx(c)}}
@@ -758,7 +759,7 @@ func TestDeleteOrgRemovesEverything(t *testing.T) {
 		must[int64](t)(s.UpdatePrefixes(ctx, "keep", pfxs("11.0.0.0/8"), nil))
 		for _, org := range []string{"acme", "keep"} {
 			must[int64](t)(s.ApplyBatch(ctx, org, []orgstore.BatchOp{
-				{Override: orgstore.Override{CIDR: pfx("10.1.0.0/16"), Username: org}},
+				{Override: orgstore.Override{CIDR: pfx("10.1.0.0/16"), Attributes: identity.Attributes{Username: org}}},
 				{Override: orgstore.Override{CIDR: pfx("2001:db8::/64"), Meta: json.RawMessage(`{}`)}},
 			}))
 		}

@@ -10,20 +10,14 @@ import (
 	"slices"
 
 	"go4.org/netipx"
-)
 
-// Attributes are the identity attributes an override assigns to its addresses.
-// meta is never part of them.
-type Attributes struct {
-	Username string
-	DeviceID string
-	Location string
-}
+	"github.com/svc-pf/svc-pf/internal/identity"
+)
 
 // Override is an override CIDR with its attributes.
 type Override struct {
 	CIDR  netip.Prefix
-	Attrs Attributes
+	Attrs identity.Attributes
 }
 
 // Range is a run of addresses that all resolve to the same source CIDR.
@@ -32,7 +26,7 @@ type Range struct {
 	// Orig is the override the range derives from, or the bare prefix for
 	// addresses no active override covers (then Attrs is empty).
 	Orig  netip.Prefix
-	Attrs Attributes
+	Attrs identity.Attributes
 }
 
 // Coverage answers whether a CIDR lies inside the union of an organisation's

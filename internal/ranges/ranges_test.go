@@ -6,12 +6,14 @@ import (
 	"net/netip"
 	"slices"
 	"testing"
+
+	"github.com/svc-pf/svc-pf/internal/identity"
 )
 
 func pfx(s string) netip.Prefix { return netip.MustParsePrefix(s) }
 
 func TestEffectiveExamples(t *testing.T) {
-	user := func(u string) Attributes { return Attributes{Username: u} }
+	user := func(u string) identity.Attributes { return identity.Attributes{Username: u} }
 	tests := []struct {
 		name      string
 		prefixes  []string
@@ -49,7 +51,7 @@ func TestEffectiveExamples(t *testing.T) {
 		{
 			name:      "no attribute inheritance",
 			prefixes:  []string{"10.0.0.0/24"},
-			overrides: []Override{{pfx("10.0.0.0/24"), Attributes{Username: "a", Location: "x"}}, {pfx("10.0.0.0/25"), Attributes{DeviceID: "mac:1"}}},
+			overrides: []Override{{pfx("10.0.0.0/24"), identity.Attributes{Username: "a", Location: "x"}}, {pfx("10.0.0.0/25"), identity.Attributes{DeviceID: "mac:1"}}},
 			want: []string{
 				"10.0.0.0-10.0.0.127 10.0.0.0/25 { mac:1 }",
 				"10.0.0.128-10.0.0.255 10.0.0.0/24 {a  x}",
@@ -119,7 +121,7 @@ func TestEffectiveMatchesOracle(t *testing.T) {
 					continue
 				}
 				seen[p] = true
-				overrides = append(overrides, Override{CIDR: p, Attrs: Attributes{Username: fmt.Sprint("u", rng.IntN(3))}})
+				overrides = append(overrides, Override{CIDR: p, Attrs: identity.Attributes{Username: fmt.Sprint("u", rng.IntN(3))}})
 			}
 		}
 		got := Effective(prefixes, overrides)
@@ -153,7 +155,7 @@ func randomSub(rng *rand.Rand, base netip.Prefix, minExtra, maxExtra int) netip.
 
 type source struct {
 	orig  netip.Prefix
-	attrs Attributes
+	attrs identity.Attributes
 }
 
 // activeOverrides keeps the overrides whose every address is in some prefix.
@@ -246,7 +248,7 @@ func BenchmarkEffective100k(b *testing.B) {
 		p := randomSub(rng, base, 8, 16)
 		if !seen[p] {
 			seen[p] = true
-			overrides = append(overrides, Override{CIDR: p, Attrs: Attributes{Username: "u"}})
+			overrides = append(overrides, Override{CIDR: p, Attrs: identity.Attributes{Username: "u"}})
 		}
 	}
 	b.Run("unsorted", func(b *testing.B) {

@@ -7,10 +7,13 @@ package session
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
 	"time"
+
+	"github.com/svc-pf/svc-pf/internal/identity"
 )
 
 // Bucket is the JetStream key-value bucket that holds every session, keyed by
@@ -25,9 +28,9 @@ type Session struct {
 	// everything of an org below a revision after a full republish.
 	Revision    int64          `json:"revision"`
 	Allocations []netip.Prefix `json:"allocations"`
-	Username    string         `json:"username,omitempty"`
-	DeviceID    string         `json:"deviceid,omitempty"`
-	Location    string         `json:"location,omitempty"`
+	// Attributes are the subscriber's within Org (JSON: username, deviceid,
+	// location at the top level of the session object).
+	identity.Attributes
 	// TraceID is observational (spec 1, meta.trace_id): never part of identity.
 	TraceID string `json:"trace_id,omitempty"`
 	// OpaqueID is a producer-chosen reference; immutable once set.
@@ -37,16 +40,21 @@ type Session struct {
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 }
 
+// Identity is the subscriber the session names.
+func (s *Session) Identity() identity.Identity {
+	return identity.Identity{Org: s.Org, Attributes: s.Attributes}
+}
+
 // NewID returns the deterministic session id for an organisation's range
-// source: the org, the CIDR the ranges derive from (an override or a bare
-// prefix) and the identity attributes. meta and trace_id are deliberately not
+// source: the subscriber (org and attributes) and the CIDR the ranges derive
+// from (an override or a bare prefix). meta and trace_id are deliberately not
 // part of it, so redeploys are idempotent and diffs compare ids only.
 //
 // The id is 32 lowercase hex digits, which is a valid JetStream KV key.
-func NewID(org string, orig netip.Prefix, username, deviceid, location string) string {
+func NewID(id identity.Identity, orig netip.Prefix) string {
 	h := sha256.New()
 	// Length-prefixed fields: no two distinct tuples hash the same input.
-	for _, s := range []string{org, orig.Masked().String(), username, deviceid, location} {
+	for _, s := range []string{id.Org, orig.Masked().String(), id.Username, id.DeviceID, id.Location} {
 		fmt.Fprintf(h, "%d:%s;", len(s), s)
 	}
 	sum := h.Sum(nil)
@@ -96,4 +104,22 @@ func (s *Session) Validate() error {
 		}
 	}
 	return nil
+}
+
+// Decode parses the value stored under key in the sessions bucket: the one
+// rule, shared by the IP Mapper (its own reload and every command) and every
+// node's read model, for what counts as a session there. The session must be
+// valid (Validate) and carry key as its ID, since deletes address it by key.
+func Decode(key string, value []byte) (*Session, error) {
+	var s Session
+	if err := json.Unmarshal(value, &s); err != nil {
+		return nil, fmt.Errorf("decode session: %w", err)
+	}
+	if s.ID != key {
+		return nil, fmt.Errorf("session id %q does not match its key %q", s.ID, key)
+	}
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	return &s, nil
 }

@@ -4,32 +4,34 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/svc-pf/svc-pf/internal/identity"
 )
 
 func TestNewID(t *testing.T) {
 	p := netip.MustParsePrefix("10.0.0.0/24")
-	base := NewID("acme", p, "alice", "mac:1", "hq")
-	if base != NewID("acme", p, "alice", "mac:1", "hq") {
+	base := NewID(identity.Identity{Org: "acme", Attributes: identity.Attributes{Username: "alice", DeviceID: "mac:1", Location: "hq"}}, p)
+	if base != NewID(identity.Identity{Org: "acme", Attributes: identity.Attributes{Username: "alice", DeviceID: "mac:1", Location: "hq"}}, p) {
 		t.Fatal("not deterministic")
 	}
 	if !ValidID(base) || len(base) != 32 {
 		t.Fatalf("id %q is not a 32-hex-digit key", base)
 	}
 	for name, other := range map[string]string{
-		"org":      NewID("beta", p, "alice", "mac:1", "hq"),
-		"cidr":     NewID("acme", netip.MustParsePrefix("10.0.1.0/24"), "alice", "mac:1", "hq"),
-		"username": NewID("acme", p, "bob", "mac:1", "hq"),
-		"deviceid": NewID("acme", p, "alice", "mac:2", "hq"),
-		"location": NewID("acme", p, "alice", "mac:1", "lab"),
+		"org":      NewID(identity.Identity{Org: "beta", Attributes: identity.Attributes{Username: "alice", DeviceID: "mac:1", Location: "hq"}}, p),
+		"cidr":     NewID(identity.Identity{Org: "acme", Attributes: identity.Attributes{Username: "alice", DeviceID: "mac:1", Location: "hq"}}, netip.MustParsePrefix("10.0.1.0/24")),
+		"username": NewID(identity.Identity{Org: "acme", Attributes: identity.Attributes{Username: "bob", DeviceID: "mac:1", Location: "hq"}}, p),
+		"deviceid": NewID(identity.Identity{Org: "acme", Attributes: identity.Attributes{Username: "alice", DeviceID: "mac:2", Location: "hq"}}, p),
+		"location": NewID(identity.Identity{Org: "acme", Attributes: identity.Attributes{Username: "alice", DeviceID: "mac:1", Location: "lab"}}, p),
 		// Length prefixes keep shifted boundaries apart.
-		"boundary": NewID("acme", p, "alicemac:1", "", "hq"),
+		"boundary": NewID(identity.Identity{Org: "acme", Attributes: identity.Attributes{Username: "alicemac:1", Location: "hq"}}, p),
 	} {
 		if other == base {
 			t.Errorf("changing %s kept the id", name)
 		}
 	}
 	// Host bits do not make another session.
-	if NewID("acme", netip.MustParsePrefix("10.0.0.7/24"), "alice", "mac:1", "hq") != base {
+	if NewID(identity.Identity{Org: "acme", Attributes: identity.Attributes{Username: "alice", DeviceID: "mac:1", Location: "hq"}}, netip.MustParsePrefix("10.0.0.7/24")) != base {
 		t.Error("an unmasked prefix changed the id")
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/svc-pf/svc-pf/internal/identity"
 	"github.com/svc-pf/svc-pf/internal/session"
 )
 
@@ -58,15 +59,14 @@ func benchSessions(n int, d spread, heavy bool) []*session.Session {
 			}
 		}
 		s := &session.Session{
-			ID:          session.NewID("org", p, "", "", fmt.Sprint(i)),
+			ID:          session.NewID(identity.Identity{Org: "org", Attributes: identity.Attributes{Location: fmt.Sprint(i)}}, p),
 			Org:         fmt.Sprintf("org-%03d", i%1000),
 			Revision:    1,
 			Allocations: []netip.Prefix{p},
-			Username:    fmt.Sprintf("user-%07d", i),
-			DeviceID:    fmt.Sprintf("dev-%07d", i),
-			Location:    fmt.Sprintf("loc-%02d", i%50),
-			UpdatedAt:   updated,
-			ExpiresAt:   &expires,
+			Attributes:  identity.Attributes{Username: fmt.Sprintf("user-%07d", i), DeviceID: fmt.Sprintf("dev-%07d", i), Location: fmt.Sprintf("loc-%02d", i%50)},
+
+			UpdatedAt: updated,
+			ExpiresAt: &expires,
 		}
 		if heavy {
 			s.TraceID = fmt.Sprintf("%08x-0000-4000-8000-%012x", i, i)

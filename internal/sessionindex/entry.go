@@ -7,6 +7,7 @@ import (
 	"unique"
 	"unsafe"
 
+	"github.com/svc-pf/svc-pf/internal/identity"
 	"github.com/svc-pf/svc-pf/internal/session"
 )
 
@@ -486,12 +487,11 @@ func (v Entry) Session() *session.Session {
 		Org:         v.Org(),
 		Revision:    v.e.rev,
 		Allocations: v.Allocations(),
-		Username:    user,
-		DeviceID:    dev,
-		Location:    v.Location(),
-		TraceID:     v.TraceID(),
-		OpaqueID:    v.OpaqueID(),
-		UpdatedAt:   v.UpdatedAt(),
+		Attributes:  identity.Attributes{Username: user, DeviceID: dev, Location: v.Location()},
+
+		TraceID:   v.TraceID(),
+		OpaqueID:  v.OpaqueID(),
+		UpdatedAt: v.UpdatedAt(),
 	}
 	if t, ok := v.ExpiresAt(); ok {
 		s.ExpiresAt = &t

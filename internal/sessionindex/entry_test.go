@@ -10,6 +10,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/svc-pf/svc-pf/internal/identity"
 	"github.com/svc-pf/svc-pf/internal/session"
 )
 
@@ -21,7 +22,7 @@ func roundTripCases() []*session.Session {
 	full := &session.Session{
 		ID: "0123456789abcdef0123456789abcdef", Org: "acme", Revision: 42,
 		Allocations: []netip.Prefix{pfx("10.0.0.0/24"), pfx("2001:db8::/64")},
-		Username:    "alice", DeviceID: "mac:aa", Location: "hq", TraceID: "trace-1", OpaqueID: "ref-9",
+		Attributes:  identity.Attributes{Username: "alice", DeviceID: "mac:aa", Location: "hq"}, TraceID: "trace-1", OpaqueID: "ref-9",
 		UpdatedAt: utc, ExpiresAt: &exp,
 	}
 	many := make([]netip.Prefix, 40) // 20 distinct, each twice
@@ -50,13 +51,13 @@ func roundTripCases() []*session.Session {
 		{ID: "monotonic", Org: "o", UpdatedAt: time.Now(), ExpiresAt: ptr(time.Now().Add(time.Minute))},
 		{ID: "far", Org: "o", UpdatedAt: time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC), ExpiresAt: ptr(time.Date(1, 1, 1, 0, 0, 0, 1, time.UTC))},
 		{ID: "epoch", Org: "o", UpdatedAt: time.Unix(0, 0).UTC(), ExpiresAt: ptr(time.Unix(0, -1).UTC())},
-		{ID: "long", Org: "o", Username: long, DeviceID: "d", TraceID: "t", OpaqueID: long[:100]},
-		{ID: "0123456789abcdef0123456789abcdec", Org: "o", Username: "alice@customers.example-isp.net", DeviceID: "aa:bb:cc:dd:ee:ff"}, // not inline
-		{ID: "0123456789abcdef0123456789abcdee", Org: "o", Username: "carol@customers.example-isp.net", DeviceID: "aa:bb:cc:dd:ee:ff", TraceID: "t", OpaqueID: "o"},
-		{ID: "0123456789abcdef0123456789abcded", Org: "o", Username: "bob", DeviceID: strings.Repeat("d", 29)}, // exactly inline
+		{ID: "long", Org: "o", Attributes: identity.Attributes{Username: long, DeviceID: "d"}, TraceID: "t", OpaqueID: long[:100]},
+		{ID: "0123456789abcdef0123456789abcdec", Org: "o", Attributes: identity.Attributes{Username: "alice@customers.example-isp.net", DeviceID: "aa:bb:cc:dd:ee:ff"}}, // not inline
+		{ID: "0123456789abcdef0123456789abcdee", Org: "o", Attributes: identity.Attributes{Username: "carol@customers.example-isp.net", DeviceID: "aa:bb:cc:dd:ee:ff"}, TraceID: "t", OpaqueID: "o"},
+		{ID: "0123456789abcdef0123456789abcded", Org: "o", Attributes: identity.Attributes{Username: "bob", DeviceID: strings.Repeat("d", 29)}}, // exactly inline
 		{ID: "x", Org: "o", TraceID: long[:0xffff]},                // rest at its limit
 		{ID: "y", Org: "o", TraceID: long[:0xffff], OpaqueID: "o"}, // over it
-		{ID: "unicode-ünï", Org: "örg", Username: "ü", DeviceID: "\x00\xff", Location: "📍", TraceID: "\u200b", OpaqueID: "\t"},
+		{ID: "unicode-ünï", Org: "örg", Attributes: identity.Attributes{Username: "ü", DeviceID: "\x00\xff", Location: "📍"}, TraceID: "\u200b", OpaqueID: "\t"},
 	}
 }
 
@@ -163,7 +164,7 @@ func FuzzEntryRoundTrip(f *testing.F) {
 	f.Add("", "", "", "", "", "", "", int64(0), int64(0), int64(0), false, []byte{})
 	f.Add("x", "o", "", "", "", "", "", int64(-1), int64(1), int64(1), true, []byte{6, 129, 0x20, 1, 13, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, id, org, user, dev, loc, trace, opaque string, rev, upd, exp int64, hasExp bool, raw []byte) {
-		s := &session.Session{ID: id, Org: org, Revision: rev, Username: user, DeviceID: dev, Location: loc,
+		s := &session.Session{ID: id, Org: org, Revision: rev, Attributes: identity.Attributes{Username: user, DeviceID: dev, Location: loc},
 			TraceID: trace, OpaqueID: opaque, UpdatedAt: time.Unix(0, upd).UTC()}
 		if hasExp {
 			e := time.Unix(0, exp).In(time.FixedZone("", int(exp%50000)))

@@ -68,8 +68,8 @@ func (ix *Index) findID(tag uint32, id string) (uint32, bool) {
 	return ix.byID.find(tag, tag, func(s uint32) bool { return ix.slots.get(s).id() == id })
 }
 
-// identity is the hash of a key that is a hash already.
-func identity(h uint32) uint32 { return h }
+// sameHash is the hash of a key that is a hash already.
+func sameHash(h uint32) uint32 { return h }
 
 // ByOrg returns the sessions of an organisation, in no particular order.
 func (ix *Index) ByOrg(org string) []Entry {
@@ -173,7 +173,7 @@ func (m *mutation) upsert(s *session.Session) {
 		}
 	} else {
 		slot = m.alloc()
-		ix.byID.insert(m.ed, tag, slot, identity)
+		ix.byID.insert(m.ed, tag, slot, sameHash)
 		ix.n++
 		if !m.bulk {
 			m.reindex(nil, &e, slot)
@@ -200,7 +200,7 @@ func (m *mutation) delete(id string) {
 	if !m.bulk {
 		m.reindex(&old, nil, slot)
 	}
-	ix.byID.remove(m.ed, tag, slot, identity)
+	ix.byID.remove(m.ed, tag, slot, sameHash)
 	*ix.slots.mut(m.ed, slot) = entry{rev: int64(ix.free)}
 	ix.free = slot + 1
 	ix.n--

@@ -12,11 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/svc-pf/svc-pf/internal/identity"
 	"github.com/svc-pf/svc-pf/internal/session"
 )
 
 func sess(id, org, user, dev string, prefixes ...string) *session.Session {
-	s := &session.Session{ID: id, Org: org, Username: user, DeviceID: dev}
+	s := &session.Session{ID: id, Org: org, Attributes: identity.Attributes{Username: user, DeviceID: dev}}
 	for _, p := range prefixes {
 		s.Allocations = append(s.Allocations, netip.MustParsePrefix(p))
 	}
@@ -375,9 +376,9 @@ func (g *randGen) session() *session.Session {
 	}
 	s := &session.Session{
 		ID: fmt.Sprintf("s%02d", r.IntN(60)), Org: fmt.Sprintf("org%d", r.IntN(3)),
-		Username: pick("u", 5), DeviceID: pick("d", 5),
+		Attributes: identity.Attributes{Username: pick("u", 5), DeviceID: pick("d", 5), Location: pick("loc", 2)},
 		// The rest is only stored, and must come back exactly.
-		Revision: r.Int64N(5) - 1, Location: pick("loc", 2), TraceID: pick("trace-", 3), OpaqueID: pick("opaque-", 8),
+		Revision: r.Int64N(5) - 1, TraceID: pick("trace-", 3), OpaqueID: pick("opaque-", 8),
 		UpdatedAt: g.time(),
 	}
 	if r.IntN(10) == 0 { // too long to be stored inline

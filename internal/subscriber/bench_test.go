@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/svc-pf/svc-pf/internal/identity"
 	"github.com/svc-pf/svc-pf/internal/session"
 )
 
@@ -145,8 +146,8 @@ func fill(b *testing.B, js jetstream.JetStream, n int) {
 			p = netip.PrefixFrom(netip.AddrFrom16(a), 64).Masked()
 		}
 		s := session.Session{
-			ID: session.NewID("org", p, "", "", fmt.Sprint(i)), Org: fmt.Sprintf("org-%03d", i%1000), Revision: 1,
-			Allocations: []netip.Prefix{p}, Username: fmt.Sprintf("user-%07d", i), UpdatedAt: t0.UTC(),
+			ID: session.NewID(identity.Identity{Org: "org", Attributes: identity.Attributes{Location: fmt.Sprint(i)}}, p), Org: fmt.Sprintf("org-%03d", i%1000), Revision: 1,
+			Allocations: []netip.Prefix{p}, Attributes: identity.Attributes{Username: fmt.Sprintf("user-%07d", i)}, UpdatedAt: t0.UTC(),
 		}
 		raw, err := json.Marshal(&s)
 		if err != nil {

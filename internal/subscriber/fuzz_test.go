@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/svc-pf/svc-pf/internal/identity"
 	"github.com/svc-pf/svc-pf/internal/session"
 )
 
@@ -18,7 +19,7 @@ func FuzzDecodeSession(f *testing.F) {
 	good := &session.Session{
 		ID: "0123456789abcdef0123456789abcdef", Org: "org", Revision: 7,
 		Allocations: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24"), netip.MustParsePrefix("2001:db8::/64")},
-		Username:    "alice", DeviceID: "dev", Location: "loc", TraceID: "t", OpaqueID: "o",
+		Attributes:  identity.Attributes{Username: "alice", DeviceID: "dev", Location: "loc"}, TraceID: "t", OpaqueID: "o",
 		UpdatedAt: time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC), ExpiresAt: &exp,
 	}
 	raw, _ := json.Marshal(good)

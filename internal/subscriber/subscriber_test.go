@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/svc-pf/svc-pf/internal/identity"
 	"github.com/svc-pf/svc-pf/internal/natsbus"
 	"github.com/svc-pf/svc-pf/internal/session"
 )
@@ -109,11 +110,11 @@ func createBucket(t testing.TB, js jetstream.JetStream) jetstream.KeyValue {
 }
 
 func mkSession(org string, n int, user string, prefixes ...string) *session.Session {
-	s := &session.Session{Org: org, Revision: 1, Username: user, UpdatedAt: time.Unix(1_700_000_000, 0).UTC()}
+	s := &session.Session{Org: org, Revision: 1, Attributes: identity.Attributes{Username: user}, UpdatedAt: time.Unix(1_700_000_000, 0).UTC()}
 	for _, p := range prefixes {
 		s.Allocations = append(s.Allocations, netip.MustParsePrefix(p))
 	}
-	s.ID = session.NewID(org, s.Allocations[0], user, "", fmt.Sprint(n))
+	s.ID = session.NewID(identity.Identity{Org: org, Attributes: identity.Attributes{Username: user, Location: fmt.Sprint(n)}}, s.Allocations[0])
 	return s
 }
 
