@@ -268,7 +268,7 @@ func (c *countingReader) Read(p []byte) (int, error) {
 
 func TestStandardPages(t *testing.T) {
 	r, reg := newTestRouter(t)
-	var notReady error = errors.New("loading")
+	notReady := errors.New("loading")
 	MountStandard(r, StandardConfig{
 		Service: "demo", Version: "v1", Gatherer: reg,
 		Ready: func() error { return notReady },
