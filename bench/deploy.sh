@@ -14,4 +14,4 @@ go test -run '^$' -bench 'BatchToIndex' -benchtime 5x ./internal/app/ | grep -E 
 go test -run '^$' -bench 'SetSessionBatch10k' -benchtime 5x ./internal/ipmapper/ | grep -E '^Benchmark'
 [ "${1:-}" = quick ] && exit 0
 go test -run '^$' -bench 'Memory1M|LookupIP1M' -benchmem ./internal/sessionindex/ | grep -E '^Benchmark'
-go test -run '^$' -bench 'ColdLoad' -benchtime 1x -timeout 30m ./internal/subscriber/ | grep -E '^Benchmark'
+go test -run '^$' -bench 'ColdLoad' -benchtime 1x -timeout 30m ./internal/readmodel/ | grep -E '^Benchmark'

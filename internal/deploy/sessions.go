@@ -2,9 +2,15 @@ package deploy
 
 import (
 	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
 	"maps"
 	"net/netip"
 	"slices"
+	"sync"
+	"time"
 
 	"go4.org/netipx"
 
@@ -13,6 +19,172 @@ import (
 	"github.com/svc-pf/svc-pf/internal/ranges"
 	"github.com/svc-pf/svc-pf/internal/session"
 )
+
+// sessionDeploys is the sessions part of a deploy: it derives an
+// organisation's sessions from one read of the store, diffs them against
+// what the IP Mapper is known to hold, and publishes the diff.
+type sessionDeploys struct {
+	store          Store
+	publisher      Publisher
+	publishTimeout time.Duration
+	log            *slog.Logger
+	metrics        *metrics
+
+	mu   sync.Mutex
+	orgs map[string]*sessionState
+}
+
+// sessionState is what the sessions part keeps of one organisation between
+// deploys. The scheduler runs one deploy of an organisation at a time, and
+// the state changes only when a deploy ends, so a running deploy reads its
+// copy of it without the lock.
+type sessionState struct {
+	deployed *deployedSnapshot
+	// held names the sessions the IP Mapper was confirmed to hold for the
+	// organisation after the last successful deploy; nil until the first
+	// deploy since start, which then republishes in full. Ids suffice: a
+	// session's allocation is its source CIDR, which is part of its id.
+	held map[string]struct{}
+	// unconfirmed names sessions a failed publish may have set anyway: a
+	// later deploy cleans them if they are withdrawn meanwhile.
+	unconfirmed map[string]struct{}
+	revision    int64
+}
+
+// deployedSnapshot is what stays of a deployed snapshot: what GET
+// effective-ranges shows and what the next deploy's prefix diff needs.
+type deployedSnapshot struct {
+	version  int64
+	prefixes []netip.Prefix
+	ranges   []ranges.Range
+}
+
+var _ job = (*sessionDeploys)(nil)
+
+// deployed returns the last deployed snapshot of org since start.
+func (s *sessionDeploys) deployed(org string) (deployedSnapshot, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st, ok := s.orgs[org]; ok && st.deployed != nil {
+		return *st.deployed, true
+	}
+	return deployedSnapshot{}, false
+}
+
+func (s *sessionDeploys) deploy(ctx context.Context, org string, full bool) (int64, bool, error) {
+	s.mu.Lock()
+	st, ok := s.orgs[org]
+	if !ok {
+		st = &sessionState{}
+		s.orgs[org] = st
+	}
+	base := *st
+	s.mu.Unlock()
+
+	snap, diff, gone, err := s.attempt(ctx, org, full, base)
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case err != nil:
+		if diff != nil && st.held != nil {
+			if st.unconfirmed == nil {
+				st.unconfirmed = map[string]struct{}{}
+			}
+			for _, ss := range diff.Set {
+				st.unconfirmed[ss.ID] = struct{}{}
+			}
+		}
+		return 0, false, err
+	case gone:
+		// Forgotten: were the organisation created again, its first
+		// deploy republishes in full and cleans older revisions.
+		delete(s.orgs, org)
+		return 0, true, nil
+	}
+	st.deployed = &deployedSnapshot{version: snap.Version, prefixes: snap.Prefixes, ranges: snap.Ranges}
+	st.held = make(map[string]struct{}, len(snap.Sessions))
+	for id := range snap.Sessions {
+		st.held[id] = struct{}{}
+	}
+	st.revision = diff.Revision
+	st.unconfirmed = nil
+	return snap.Version, false, nil
+}
+
+// attempt computes and publishes one deploy against base. base.held is nil
+// on the first deploy since start: the IP Mapper's contents are unknown, so
+// everything is republished under a fresh revision and older revisions are
+// cleaned, which leaves no stale and no duplicate session whatever happened
+// before. On a failed publish the diff is returned with the error.
+func (s *sessionDeploys) attempt(ctx context.Context, org string, full bool, base sessionState) (*Snapshot, *Diff, bool, error) {
+	view, err := s.store.ReadOverrides(ctx, org, orgstore.Identity)
+	if errors.Is(err, orgstore.ErrOrgNotFound) {
+		return nil, nil, true, s.cleanDeleted(ctx, org)
+	}
+	if err != nil {
+		return nil, nil, false, fmt.Errorf("read %s: %w", org, err)
+	}
+	snap := Compute(org, view)
+
+	diff := Diff{Org: org, Revision: base.revision}
+	if full || base.held == nil {
+		if diff.Revision, err = s.store.NextRevision(ctx, org); errors.Is(err, orgstore.ErrOrgNotFound) {
+			// Deleted between the two reads; the next deploy cleans it.
+			return nil, nil, false, err
+		} else if err != nil {
+			return nil, nil, false, fmt.Errorf("next revision of %s: %w", org, err)
+		}
+		diff.Set = sortedSessions(snap.Sessions)
+		diff.CleanBelowRevision = diff.Revision
+	} else {
+		diff.Set, diff.CleanIDs = diffSessions(base.held, base.unconfirmed, snap.Sessions)
+		if base.deployed != nil {
+			diff.CleanSubnets = releasedSubnets(base.deployed.prefixes, snap.Prefixes)
+		}
+	}
+	for i := range diff.Set {
+		diff.Set[i].Revision = diff.Revision
+	}
+	if err := s.publish(ctx, diff); err != nil {
+		return nil, &diff, false, err
+	}
+	return snap, &diff, false, nil
+}
+
+// cleanDeleted cleans every session of a deleted organisation, then forgets
+// the store's record of the delete. The record is read before the clean, so
+// a later delete of the same id (another record) stays pending.
+func (s *sessionDeploys) cleanDeleted(ctx context.Context, org string) error {
+	rec, pending, err := s.store.DeletedOrg(ctx, org)
+	if err != nil {
+		return fmt.Errorf("read delete of %s: %w", org, err)
+	}
+	if err := s.publish(ctx, Diff{Org: org, CleanOrg: true}); err != nil {
+		return err
+	}
+	if pending {
+		if err := s.store.ForgetDeletedOrg(ctx, rec); err != nil {
+			// The clean is done; the next scan repeats it, which is harmless.
+			s.log.Warn("forgetting a cleaned organisation failed", "org", org, "err", err)
+		}
+	}
+	return nil
+}
+
+func (s *sessionDeploys) publish(ctx context.Context, diff Diff) error {
+	if diff.Empty() {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.publishTimeout)
+	defer cancel()
+	if err := s.publisher.Publish(ctx, diff); err != nil {
+		return fmt.Errorf("publish %s: %w", diff.Org, err)
+	}
+	s.metrics.sessionsSet.Add(float64(len(diff.Set)))
+	s.metrics.sessionsCleaned.Add(float64(len(diff.CleanIDs)))
+	return nil
+}
 
 // Snapshot is one computed state of an organisation: what a deploy
 // publishes and what GET effective-ranges shows. It is never modified once

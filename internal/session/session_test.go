@@ -1,9 +1,12 @@
 package session
 
 import (
+	"encoding/json"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/svc-pf/svc-pf/internal/identity"
 )
@@ -74,5 +77,43 @@ func TestValidate(t *testing.T) {
 	}
 	if ValidID(string(long)) || !ValidID(string(long[:128])) {
 		t.Error("id length limit is not 128")
+	}
+}
+
+func TestDecode(t *testing.T) {
+	good := &Session{Org: "org", Revision: 1, Attributes: identity.Attributes{Username: "u"}, UpdatedAt: time.Unix(1_700_000_000, 0).UTC(),
+		Allocations: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24"), netip.MustParsePrefix("2001:db8::/64")}}
+	good.ID = NewID(good.Identity(), good.Allocations[0])
+	good.Location = "school-1"
+	raw, _ := json.Marshal(good)
+	cases := []struct {
+		name  string
+		key   string
+		value string
+		ok    bool
+	}{
+		{"valid", good.ID, string(raw), true},
+		{"unknown fields are ignored", good.ID, strings.Replace(string(raw), "{", `{"future":1,`, 1), true},
+		{"id mismatch", "other", string(raw), false},
+		{"missing org", good.ID, strings.Replace(string(raw), `"org":"org"`, `"org":""`, 1), false},
+		{"bad prefix", good.ID, strings.Replace(string(raw), "10.0.0.0/24", "10.0.0.0/33", 1), false},
+		{"truncated", good.ID, string(raw[:len(raw)/2]), false},
+		{"null", good.ID, "null", false},
+		{"empty", good.ID, "", false},
+	}
+	for _, c := range cases {
+		s, err := Decode(c.key, []byte(c.value))
+		if (err == nil) != c.ok {
+			t.Errorf("%s: err = %v, want ok=%v", c.name, err, c.ok)
+			continue
+		}
+		if c.ok && (s.ID != good.ID || len(s.Allocations) != 2 || s.Location != "school-1") {
+			t.Errorf("%s: decoded %+v", c.name, s)
+		}
+	}
+	a, _ := Decode(good.ID, raw)
+	b, _ := Decode(good.ID, raw)
+	if a == b || !slices.Equal(a.Allocations, b.Allocations) {
+		t.Error("decoding twice must give two equal sessions")
 	}
 }

@@ -1,4 +1,4 @@
-package subscriber
+package session
 
 import (
 	"encoding/json"
@@ -8,15 +8,14 @@ import (
 	"time"
 
 	"github.com/svc-pf/svc-pf/internal/identity"
-	"github.com/svc-pf/svc-pf/internal/session"
 )
 
-// FuzzDecodeSession feeds arbitrary bucket values to the decoder: it must
+// FuzzDecode feeds arbitrary bucket values to the decoder: it must
 // never panic, and whatever it accepts must be a valid session for the key
 // that survives a JSON round trip unchanged.
-func FuzzDecodeSession(f *testing.F) {
+func FuzzDecode(f *testing.F) {
 	exp := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
-	good := &session.Session{
+	good := &Session{
 		ID: "0123456789abcdef0123456789abcdef", Org: "org", Revision: 7,
 		Allocations: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24"), netip.MustParsePrefix("2001:db8::/64")},
 		Attributes:  identity.Attributes{Username: "alice", DeviceID: "dev", Location: "loc"}, TraceID: "t", OpaqueID: "o",
@@ -32,7 +31,7 @@ func FuzzDecodeSession(f *testing.F) {
 	f.Add("k", []byte(``))
 	f.Add("a.b", []byte(`{"id":"a.b","org":"o"}`))
 	f.Fuzz(func(t *testing.T, key string, value []byte) {
-		s, err := DecodeSession(key, value)
+		s, err := Decode(key, value)
 		if err != nil {
 			if s != nil {
 				t.Fatal("error with a session")
@@ -49,7 +48,7 @@ func FuzzDecodeSession(f *testing.F) {
 		if err != nil {
 			t.Fatalf("accepted session does not encode: %v", err)
 		}
-		s2, err := DecodeSession(key, again)
+		s2, err := Decode(key, again)
 		if err != nil {
 			t.Fatalf("round trip rejected: %v\n%s", err, again)
 		}
@@ -61,7 +60,7 @@ func FuzzDecodeSession(f *testing.F) {
 
 // normalize drops what a JSON round trip legitimately changes: the time
 // zone pointer (UTC vs a fixed zone at offset 0) and nil vs empty slices.
-func normalize(s *session.Session) session.Session {
+func normalize(s *Session) Session {
 	c := *s
 	c.UpdatedAt = c.UpdatedAt.UTC()
 	if c.ExpiresAt != nil {

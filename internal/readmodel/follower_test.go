@@ -1,4 +1,4 @@
-package subscriber
+package readmodel_test
 
 import (
 	"context"
@@ -8,8 +8,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
-	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 
 	"github.com/svc-pf/svc-pf/internal/identity"
 	"github.com/svc-pf/svc-pf/internal/natsbus"
+	"github.com/svc-pf/svc-pf/internal/readmodel/sessions"
 	"github.com/svc-pf/svc-pf/internal/session"
 )
 
@@ -46,7 +45,7 @@ func startBus(t testing.TB) *bus {
 	t.Helper()
 	b := &bus{t: t, dir: t.TempDir()}
 	b.start(0)
-	nc, err := natsbus.Connect(b.srv.ClientURL(), "subscriber-test", testLogger(t), false)
+	nc, err := natsbus.Connect(b.srv.ClientURL(), "readmodel-test", testLogger(t), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +145,7 @@ func del(t testing.TB, kv jetstream.KeyValue, key string) {
 }
 
 type running struct {
-	x    *Index
+	x    *sessions.Model
 	reg  *prometheus.Registry
 	stop func() error
 }
@@ -154,7 +153,7 @@ type running struct {
 func startIndex(t testing.TB, js jetstream.JetStream) *running {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	x, err := New(Config{JetStream: js, Logger: testLogger(t), Registerer: reg,
+	x, err := sessions.New(sessions.Config{JetStream: js, Logger: testLogger(t), Registerer: reg,
 		RetryInterval: 100 * time.Millisecond, CheckInterval: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -220,7 +219,7 @@ func bucketSessions(t testing.TB, kv jetstream.KeyValue) map[string]string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if s, err := DecodeSession(k, e.Value()); err == nil {
+		if s, err := session.Decode(k, e.Value()); err == nil {
 			out[k] = describe(s)
 		}
 	}
@@ -237,7 +236,7 @@ func describe(s *session.Session) string {
 	return string(b)
 }
 
-func indexSessions(x *Index) map[string]string {
+func indexSessions(x *sessions.Model) map[string]string {
 	out := map[string]string{}
 	for e := range x.Snapshot().All {
 		out[e.ID()] = describe(e.Session())
@@ -246,7 +245,7 @@ func indexSessions(x *Index) map[string]string {
 }
 
 // converged waits until the index holds exactly what the bucket holds.
-func converged(t testing.TB, x *Index, kv jetstream.KeyValue) {
+func converged(t testing.TB, x *sessions.Model, kv jetstream.KeyValue) {
 	t.Helper()
 	want := bucketSessions(t, kv)
 	eventually(t, "index matches bucket", func() (bool, string) {
@@ -263,7 +262,7 @@ func converged(t testing.TB, x *Index, kv jetstream.KeyValue) {
 	})
 }
 
-func lookup(x *Index, addr string) string {
+func lookup(x *sessions.Model, addr string) string {
 	e, ok := x.LookupIP(netip.MustParseAddr(addr))
 	if !ok {
 		return ""
@@ -337,12 +336,12 @@ func TestInitialSnapshotAndLiveUpdates(t *testing.T) {
 	converged(t, x, kv)
 
 	eventually(t, "caught up", func() (bool, string) { return x.Lag() == 0, x.Lag().String() })
-	checkMetric(t, r.reg, "svcpf_subscriber_sessions", 1)
-	checkMetric(t, r.reg, "svcpf_subscriber_ready", 1)
-	checkMetric(t, r.reg, "svcpf_subscriber_decode_errors_total", 0)
-	checkMetric(t, r.reg, "svcpf_subscriber_lag_seconds", 0)
+	checkMetric(t, r.reg, "svcpf_readmodel_entries", 1)
+	checkMetric(t, r.reg, "svcpf_readmodel_ready", 1)
+	checkMetric(t, r.reg, "svcpf_readmodel_decode_errors_total", 0)
+	checkMetric(t, r.reg, "svcpf_readmodel_lag_seconds", 0)
 	// 3 initial entries (gone's put was superseded by its marker), 4 live.
-	checkMetric(t, r.reg, "svcpf_subscriber_updates_applied_total", 7)
+	checkMetric(t, r.reg, "svcpf_readmodel_updates_applied_total", 7)
 	if err := r.stop(); err != nil {
 		t.Fatalf("Run returned %v after cancel, want nil", err)
 	}
@@ -406,7 +405,7 @@ func TestInvalidValues(t *testing.T) {
 	if x.Snapshot().Len() != 1 || lookup(x, "10.0.0.1") != good.ID {
 		t.Fatalf("initial snapshot: %d sessions", x.Snapshot().Len())
 	}
-	checkMetric(t, r.reg, "svcpf_subscriber_decode_errors_total", 1)
+	checkMetric(t, r.reg, "svcpf_readmodel_decode_errors_total", 1)
 
 	mismatch := mkSession("org", 2, "", "10.0.1.0/24")
 	raw, _ := json.Marshal(mismatch)
@@ -436,7 +435,7 @@ func TestInvalidValues(t *testing.T) {
 	if lookup(x, "10.0.0.1") != "" {
 		t.Error("a session replaced by an invalid value still answers")
 	}
-	checkMetric(t, r.reg, "svcpf_subscriber_decode_errors_total", float64(1+len(cases)))
+	checkMetric(t, r.reg, "svcpf_readmodel_decode_errors_total", float64(1+len(cases)))
 }
 
 // TestResumeAfterRestart restarts the NATS server on the same port and store,
@@ -474,10 +473,10 @@ func TestResumeAfterRestart(t *testing.T) {
 		t.Error("lookups after resume do not reflect the changes")
 	}
 	eventually(t, "caught up after resume", func() (bool, string) { return r.x.Lag() == 0, r.x.Lag().String() })
-	if metric(t, r.reg, "svcpf_subscriber_resumes_total") < 1 {
+	if metric(t, r.reg, "svcpf_readmodel_resumes_total") < 1 {
 		t.Error("no resume counted")
 	}
-	if metric(t, r.reg, "svcpf_subscriber_full_loads_total") != 1 {
+	if metric(t, r.reg, "svcpf_readmodel_full_loads_total") != 1 {
 		t.Error("a restart of the same stream must not need a full reload")
 	}
 }
@@ -531,7 +530,7 @@ func TestChangesWhileAway(t *testing.T) {
 	}
 	// The replay delivers all[3]'s marker; only the two deletes whose markers
 	// were purged are left for the reconcile.
-	if got := metric(t, r.reg, "svcpf_subscriber_reconcile_removed_total"); got != 2 {
+	if got := metric(t, r.reg, "svcpf_readmodel_reconcile_removed_total"); got != 2 {
 		t.Errorf("reconcile removed %v sessions, want 2", got)
 	}
 }
@@ -555,24 +554,24 @@ func TestBucketRecreated(t *testing.T) {
 	fresh := mkSession("new", 1, "", "192.0.2.0/24")
 	put(t, kv, fresh)
 	converged(t, r.x, kv)
-	if got := metric(t, r.reg, "svcpf_subscriber_full_loads_total"); got < 2 {
+	if got := metric(t, r.reg, "svcpf_readmodel_full_loads_total"); got < 2 {
 		t.Errorf("full loads = %v, want a reload", got)
 	}
 }
 
 func TestConfigAndRunErrors(t *testing.T) {
-	if _, err := New(Config{}); err == nil {
+	if _, err := sessions.New(sessions.Config{}); err == nil {
 		t.Error("New without JetStream: no error")
 	}
 	b := startBus(t)
 	reg := prometheus.NewRegistry()
-	if _, err := New(Config{JetStream: b.js, Registerer: reg}); err != nil {
+	if _, err := sessions.New(sessions.Config{JetStream: b.js, Registerer: reg}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := New(Config{JetStream: b.js, Registerer: reg}); err == nil {
+	if _, err := sessions.New(sessions.Config{JetStream: b.js, Registerer: reg}); err == nil {
 		t.Error("registering the metrics twice: no error")
 	}
-	x, err := New(Config{JetStream: b.js})
+	x, err := sessions.New(sessions.Config{JetStream: b.js})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -594,41 +593,5 @@ func TestConfigAndRunErrors(t *testing.T) {
 	}
 	if x.Snapshot() == nil || x.Snapshot().Len() != 0 {
 		t.Error("Snapshot before load must be an empty index")
-	}
-}
-
-func TestDecodeSession(t *testing.T) {
-	good := mkSession("org", 1, "u", "10.0.0.0/24", "2001:db8::/64")
-	good.Location = "school-1"
-	raw, _ := json.Marshal(good)
-	cases := []struct {
-		name  string
-		key   string
-		value string
-		ok    bool
-	}{
-		{"valid", good.ID, string(raw), true},
-		{"unknown fields are ignored", good.ID, strings.Replace(string(raw), "{", `{"future":1,`, 1), true},
-		{"id mismatch", "other", string(raw), false},
-		{"missing org", good.ID, strings.Replace(string(raw), `"org":"org"`, `"org":""`, 1), false},
-		{"bad prefix", good.ID, strings.Replace(string(raw), "10.0.0.0/24", "10.0.0.0/33", 1), false},
-		{"truncated", good.ID, string(raw[:len(raw)/2]), false},
-		{"null", good.ID, "null", false},
-		{"empty", good.ID, "", false},
-	}
-	for _, c := range cases {
-		s, err := DecodeSession(c.key, []byte(c.value))
-		if (err == nil) != c.ok {
-			t.Errorf("%s: err = %v, want ok=%v", c.name, err, c.ok)
-			continue
-		}
-		if c.ok && (s.ID != good.ID || len(s.Allocations) != 2 || s.Location != "school-1") {
-			t.Errorf("%s: decoded %+v", c.name, s)
-		}
-	}
-	a, _ := DecodeSession(good.ID, raw)
-	b, _ := DecodeSession(good.ID, raw)
-	if a == b || !slices.Equal(a.Allocations, b.Allocations) {
-		t.Error("decoding twice must give two equal sessions")
 	}
 }
