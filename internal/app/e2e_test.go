@@ -21,10 +21,11 @@ import (
 
 	"github.com/svc-pf/svc-pf/internal/identity"
 	"github.com/svc-pf/svc-pf/internal/ipmapper"
+	"github.com/svc-pf/svc-pf/internal/ipmapper/mapperclient"
 	"github.com/svc-pf/svc-pf/internal/natsbus"
 	"github.com/svc-pf/svc-pf/internal/orgstore/storetest"
+	"github.com/svc-pf/svc-pf/internal/readmodel/sessions"
 	"github.com/svc-pf/svc-pf/internal/session"
-	"github.com/svc-pf/svc-pf/internal/subscriber"
 )
 
 // platform is the write and read side of one machine, wired over a real
@@ -37,8 +38,8 @@ type platform struct {
 	natsDir string
 	dbURL   string
 	mapper  *ipmapper.Service
-	index   *subscriber.Index
-	client  *ipmapper.Client
+	index   *sessions.Model
+	client  *mapperclient.Client
 
 	omCancel context.CancelFunc
 	omDone   chan error
@@ -63,7 +64,7 @@ func newPlatformTB(t testing.TB, dbURL string) *platform {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.index, err = subscriber.New(subscriber.Config{JetStream: js, RetryInterval: 50 * time.Millisecond}); err != nil {
+	if p.index, err = sessions.New(sessions.Config{JetStream: js, RetryInterval: 50 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -75,7 +76,7 @@ func newPlatformTB(t testing.TB, dbURL string) *platform {
 	if err := p.index.WaitReady(wctx); err != nil {
 		t.Fatal(err)
 	}
-	if p.client, err = ipmapper.NewClient(ipmapper.ClientConfig{Conn: p.connect("test client"), Timeout: 5 * time.Second}); err != nil {
+	if p.client, err = mapperclient.NewClient(mapperclient.ClientConfig{Conn: p.connect("test client"), Timeout: 5 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	p.startOrgManager()
@@ -221,7 +222,7 @@ func (p *platform) expectIndex(org string, want ...string) []*session.Session {
 	// The IP Mapper's own table agrees with the node. It updates its table
 	// just after the bucket, so the node may see a change a moment earlier.
 	mapper := func() []string {
-		ss, err := p.client.GetSessions(context.Background(), ipmapper.Query{Org: org})
+		ss, err := p.client.GetSessions(context.Background(), mapperclient.Query{Org: org})
 		if err != nil {
 			return []string{err.Error()}
 		}
@@ -416,7 +417,7 @@ func TestRestarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.startMapper()
-	got, err := p.client.GetSessions(context.Background(), ipmapper.Query{IP: netip.MustParseAddr("10.0.0.200")})
+	got, err := p.client.GetSessions(context.Background(), mapperclient.Query{IP: netip.MustParseAddr("10.0.0.200")})
 	if err != nil || len(got) != 1 || got[0].Username != "b" {
 		t.Fatalf("after IP Mapper restart: %+v, %v", got, err)
 	}
@@ -461,7 +462,7 @@ func (p *platform) stopMapper() {
 	}
 	// Stop drains the micro service's subscriptions.
 	p.eventually("IP Mapper gone", func() bool {
-		_, err := p.client.GetSessions(context.Background(), ipmapper.Query{Org: "acme"})
+		_, err := p.client.GetSessions(context.Background(), mapperclient.Query{Org: "acme"})
 		return err != nil
 	}, func() string { return "still answering" })
 }
@@ -518,8 +519,8 @@ func TestAllWithNATSURL(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	client, _ := ipmapper.NewClient(ipmapper.ClientConfig{Conn: nc, Timeout: time.Second})
-	if _, err := client.GetSessions(context.Background(), ipmapper.Query{Org: "acme"}); !errors.Is(err, ipmapper.ErrUnavailable) {
+	client, _ := mapperclient.NewClient(mapperclient.ClientConfig{Conn: nc, Timeout: time.Second})
+	if _, err := client.GetSessions(context.Background(), mapperclient.Query{Org: "acme"}); !errors.Is(err, mapperclient.ErrUnavailable) {
 		t.Fatalf("an IP Mapper answers on the embedded server: %v", err)
 	}
 }
@@ -577,8 +578,8 @@ func expectUser(t *testing.T, url, ip, user string) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	client, _ := ipmapper.NewClient(ipmapper.ClientConfig{Conn: nc, Timeout: 5 * time.Second})
-	got, err := client.GetSessions(context.Background(), ipmapper.Query{IP: netip.MustParseAddr(ip)})
+	client, _ := mapperclient.NewClient(mapperclient.ClientConfig{Conn: nc, Timeout: 5 * time.Second})
+	got, err := client.GetSessions(context.Background(), mapperclient.Query{IP: netip.MustParseAddr(ip)})
 	if err != nil || len(got) != 1 || got[0].Username != user {
 		t.Fatalf("session at %s: %+v %v, want user %q", ip, got, err, user)
 	}

@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"time"
@@ -14,7 +13,7 @@ import (
 	"github.com/svc-pf/svc-pf/docs"
 	"github.com/svc-pf/svc-pf/internal/deploy"
 	"github.com/svc-pf/svc-pf/internal/httpapi"
-	"github.com/svc-pf/svc-pf/internal/ipmapper"
+	"github.com/svc-pf/svc-pf/internal/ipmapper/mapperclient"
 	"github.com/svc-pf/svc-pf/internal/orgmanager"
 	"github.com/svc-pf/svc-pf/internal/orgstore"
 )
@@ -45,12 +44,12 @@ func StartOrgManager(ctx context.Context, cfg OrgManagerConfig, nc *nats.Conn, v
 	}
 	var publisher deploy.Publisher = deploy.Discard{}
 	if nc != nil {
-		client, err := ipmapper.NewClient(ipmapper.ClientConfig{Conn: nc, Timeout: cfg.Deploy.PublishTimeout})
+		client, err := mapperclient.NewClient(mapperclient.ClientConfig{Conn: nc, Timeout: cfg.Deploy.PublishTimeout})
 		if err != nil {
 			store.Close()
 			return nil, err
 		}
-		publisher = MapperPublisher{Client: client}
+		publisher = mapperclient.Publisher{Client: client}
 	}
 	deployer, err := deploy.New(deploy.Config{
 		Store: store, Publisher: publisher, Workers: cfg.Deploy.Workers,
@@ -113,40 +112,6 @@ func (o *OrgManager) Run(ctx context.Context) error {
 	cancel()
 	<-deployed
 	return errors.Join(err, o.store.Close())
-}
-
-// MapperPublisher publishes deploy diffs to the IP Mapper: sets first, so an
-// address never falls between an old and a new session, then the cleans.
-type MapperPublisher struct {
-	Client *ipmapper.Client
-}
-
-// Publish sends one diff.
-func (p MapperPublisher) Publish(ctx context.Context, d deploy.Diff) error {
-	if len(d.Set) > 0 {
-		if _, err := p.Client.SetSessionBatch(ctx, d.Set); err != nil {
-			return fmt.Errorf("set-session-batch: %w", err)
-		}
-	}
-	cleans := []ipmapper.CleanRequest{}
-	if len(d.CleanIDs) > 0 {
-		cleans = append(cleans, ipmapper.CleanRequest{Org: d.Org, IDs: d.CleanIDs})
-	}
-	if len(d.CleanSubnets) > 0 {
-		cleans = append(cleans, ipmapper.CleanRequest{Org: d.Org, Subnets: d.CleanSubnets})
-	}
-	if d.CleanBelowRevision > 0 {
-		cleans = append(cleans, ipmapper.CleanRequest{Org: d.Org, RevisionBelow: d.CleanBelowRevision})
-	}
-	if d.CleanOrg {
-		cleans = append(cleans, ipmapper.CleanRequest{Org: d.Org, All: true})
-	}
-	for _, c := range cleans {
-		if _, err := p.Client.CleanSessions(ctx, c); err != nil {
-			return fmt.Errorf("clean-sessions: %w", err)
-		}
-	}
-	return nil
 }
 
 // newRegistry is a private registry with the Go runtime and process

@@ -5,11 +5,13 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/svc-pf/svc-pf/internal/ipmapper/mapperclient"
 	"github.com/svc-pf/svc-pf/internal/session"
 )
 
 // BenchmarkSetSessionBatch10k stores and acknowledges 10 000 new or changed
-// sessions per iteration through the Client, against the embedded server.
+// sessions per iteration through the mapperclient.Client, against the
+// embedded server.
 func BenchmarkSetSessionBatch10k(b *testing.B) {
 	f := startFixture(b, nil)
 	ctx := ctxT(b)
@@ -49,7 +51,7 @@ func BenchmarkGetSessionsByIP(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		ip := netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
-		list, err := f.client.GetSessions(ctx, Query{IP: ip})
+		list, err := f.client.GetSessions(ctx, mapperclient.Query{IP: ip})
 		if err != nil || len(list) != 1 {
 			b.Fatalf("%v: %d, %v", ip, len(list), err)
 		}

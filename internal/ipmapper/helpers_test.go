@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/svc-pf/svc-pf/internal/identity"
+	"github.com/svc-pf/svc-pf/internal/ipmapper/mapperclient"
 	"github.com/svc-pf/svc-pf/internal/natsbus"
 	"github.com/svc-pf/svc-pf/internal/session"
 )
@@ -67,11 +68,11 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
-// fixture is a started Service with a Client and its metrics registry.
+// fixture is a started Service with a client and its metrics registry.
 type fixture struct {
 	bus    *bus
 	svc    *Service
-	client *Client
+	client *mapperclient.Client
 	reg    *prometheus.Registry
 	clock  *fakeClock
 }
@@ -100,7 +101,7 @@ func startFixtureOn(t testing.TB, b *bus, mod func(*Config)) *fixture {
 	}
 	t.Cleanup(func() { _ = svc.Stop() })
 	f.svc = svc
-	f.client, err = NewClient(ClientConfig{Conn: b.nc, Timeout: 30 * time.Second})
+	f.client, err = mapperclient.NewClient(mapperclient.ClientConfig{Conn: b.nc, Timeout: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,6 +152,19 @@ func requestsCounted(t testing.TB, s *Service, cmd, result string, want float64)
 	if v := metricValue(c); v != want {
 		t.Fatalf("%s %s requests = %v, want %v", cmd, result, v, want)
 	}
+}
+
+// requestsAtLeast returns the requests counter of cmd and result once it
+// reaches atLeast, or at the deadline: the last reply of a split request can
+// reach the client before the handler counts it, and a test that reads the
+// counter at once sees one request short.
+func requestsAtLeast(s *Service, cmd, result string, atLeast float64) float64 {
+	c := s.metrics.requests.WithLabelValues(cmd, result)
+	deadline := time.Now().Add(30 * time.Second)
+	for metricValue(c) < atLeast && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	return metricValue(c)
 }
 
 // eventually polls cond until it holds or the deadline passes; it asserts

@@ -89,9 +89,3 @@ func sameContent(a, b *session.Session) bool {
 		return a.ExpiresAt.Equal(*b.ExpiresAt)
 	}
 }
-
-// expired reports whether s has an expiry at or before now. An expired
-// session is treated as absent before the sweeper has removed it.
-func expired(s *session.Session, now time.Time) bool {
-	return s.ExpiresAt != nil && !s.ExpiresAt.After(now)
-}

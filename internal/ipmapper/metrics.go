@@ -2,6 +2,8 @@ package ipmapper
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/svc-pf/svc-pf/internal/ipmapper/wire"
 )
 
 // Result label values of svcpf_ipmapper_requests_total.
@@ -80,7 +82,7 @@ func newMetrics(reg prometheus.Registerer, sessions func() float64) (*metrics, e
 		}
 	}
 	// Pre-create the bounded series so dashboards see zeros, not gaps.
-	for _, cmd := range []string{CmdSetSession, CmdSetSessionBatch, CmdGetSessions, CmdCleanSessions} {
+	for _, cmd := range []string{wire.CmdSetSession, wire.CmdSetSessionBatch, wire.CmdGetSessions, wire.CmdCleanSessions} {
 		for _, r := range []string{resultOK, resultInvalid, resultError} {
 			m.requests.WithLabelValues(cmd, r)
 		}

@@ -2,7 +2,6 @@ package ipmapper
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -154,7 +153,8 @@ func (st *store) load(ctx context.Context, put func(*session.Session)) (loaded, 
 }
 
 // holds reports whether the bucket has a value under id; with org set,
-// only a session of org counts (see Service.strayKeys).
+// only a session of org counts (see Service.strayKeys), by the rule every
+// node reads the bucket with: a value no node serves is not org's session.
 func (st *store) holds(ctx context.Context, id, org string) (bool, error) {
 	e, err := st.kv.Get(ctx, id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -166,8 +166,7 @@ func (st *store) holds(ctx context.Context, id, org string) (bool, error) {
 	if org == "" {
 		return true, nil
 	}
-	var s session.Session
-	if err := json.Unmarshal(e.Value(), &s); err != nil || s.Org != org {
+	if s, err := session.Decode(id, e.Value()); err != nil || s.Org != org {
 		st.log.Warn("clean-sessions: leaving a value the table does not hold and that is not a session of the org named",
 			"key", id, "org", org)
 		return false, nil

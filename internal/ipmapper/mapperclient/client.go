@@ -1,4 +1,13 @@
-package ipmapper
+// Package mapperclient is the IP Mapper as its callers see it: the Client
+// that speaks the NATS micro service "ipmapper" (its subjects and bodies are
+// package wire, shared with the server), and the Publisher that turns the
+// orgmanager's deploy diffs into its requests. Data flows
+//
+//	orgmanager's deploy → mapperclient → NATS → IP Mapper (internal/ipmapper) → KV "sessions"
+//
+// It depends on nothing of the server, nor the server on it. The format, merge rules and clean modes are
+// documented in docs/ipmapper.md.
+package mapperclient
 
 import (
 	"bytes"
@@ -15,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/svc-pf/svc-pf/internal/ipmapper/wire"
 	"github.com/svc-pf/svc-pf/internal/session"
 )
 
@@ -39,7 +49,7 @@ func (e *RemoteError) Error() string {
 type BatchError struct {
 	Stored int
 	Failed int
-	Items  []ItemError
+	Items  []wire.ItemError
 }
 
 func (e *BatchError) Error() string {
@@ -111,12 +121,12 @@ type CleanRequest struct {
 // the result. ttl > 0 sets the expiry to now+ttl (whole seconds, rounded
 // up); 0 keeps the stored expiry; < 0 removes it.
 func (c *Client) SetSession(ctx context.Context, s session.Session, ttl time.Duration) (session.Session, error) {
-	body, err := json.Marshal(SetSessionRequest{Session: s, TTLSeconds: ttlSeconds(ttl)})
+	body, err := json.Marshal(wire.SetSessionRequest{Session: s, TTLSeconds: ttlSeconds(ttl)})
 	if err != nil {
 		return session.Session{}, fmt.Errorf("ipmapper: encode request: %w", err)
 	}
-	var reply SetSessionReply
-	if err := c.call(ctx, SubjectSetSession, body, &reply); err != nil {
+	var reply wire.SetSessionReply
+	if err := c.call(ctx, wire.SubjectSetSession, body, &reply); err != nil {
 		return session.Session{}, err
 	}
 	return reply.Session, nil
@@ -160,7 +170,7 @@ func (c *Client) SetSessionBatchTTL(ctx context.Context, sessions []session.Sess
 		tail = []byte(`],"ttl_seconds":` + strconv.FormatInt(secs, 10) + `}`)
 	}
 	berr := &BatchError{}
-	addErr := func(e ItemError) {
+	addErr := func(e wire.ItemError) {
 		berr.Failed++
 		if len(berr.Items) < maxClientItemErrors {
 			berr.Items = append(berr.Items, e)
@@ -169,13 +179,13 @@ func (c *Client) SetSessionBatchTTL(ctx context.Context, sessions []session.Sess
 	chunks := pack(items, c.budget()-len(head)-len(tail))
 	for _, ch := range chunks {
 		if ch.tooBig {
-			addErr(ItemError{Index: ch.start, ID: sessions[ch.start].ID,
+			addErr(wire.ItemError{Index: ch.start, ID: sessions[ch.start].ID,
 				Error: fmt.Sprintf("session is %d bytes, more than one NATS message can carry", len(items[ch.start]))})
 			continue
 		}
 		body := joinJSON(head, items[ch.start:ch.end], tail)
-		var reply SetSessionBatchReply
-		if err := c.call(ctx, SubjectSetSessionBatch, body, &reply); err != nil {
+		var reply wire.SetSessionBatchReply
+		if err := c.call(ctx, wire.SubjectSetSessionBatch, body, &reply); err != nil {
 			return berr.Stored, err
 		}
 		berr.Stored += reply.Stored
@@ -197,7 +207,7 @@ func (c *Client) SetSessionBatchTTL(ctx context.Context, sessions []session.Sess
 // GetSessions returns the sessions q selects, in id order, following the
 // server's pages until the last.
 func (c *Client) GetSessions(ctx context.Context, q Query) ([]session.Session, error) {
-	req := GetSessionsRequest{ID: q.ID, Org: q.Org, Username: q.Username, DeviceID: q.DeviceID}
+	req := wire.GetSessionsRequest{ID: q.ID, Org: q.Org, Username: q.Username, DeviceID: q.DeviceID}
 	if q.IP.IsValid() {
 		req.IP = q.IP.String()
 	}
@@ -207,8 +217,8 @@ func (c *Client) GetSessions(ctx context.Context, q Query) ([]session.Session, e
 		if err != nil {
 			return nil, fmt.Errorf("ipmapper: encode request: %w", err)
 		}
-		var reply GetSessionsReply
-		if err := c.call(ctx, SubjectGetSessions, body, &reply); err != nil {
+		var reply wire.GetSessionsReply
+		if err := c.call(ctx, wire.SubjectGetSessions, body, &reply); err != nil {
 			return nil, err
 		}
 		out = append(out, reply.Sessions...)
@@ -231,10 +241,10 @@ func (c *Client) GetSessions(ctx context.Context, q Query) ([]session.Session, e
 func (c *Client) CleanSessions(ctx context.Context, r CleanRequest) (int, error) {
 	// Checked here too so that splitting never turns an invalid request
 	// into valid pieces, nor an empty list into "absent".
-	wire := CleanSessionsRequest(r)
-	probe := wire
-	probe.Subnets = slices.Clone(r.Subnets) // mode masks in place
-	if _, err := probe.mode(); err != nil {
+	req := wire.CleanSessionsRequest(r)
+	probe := req
+	probe.Subnets = slices.Clone(r.Subnets) // Mode masks in place
+	if _, err := probe.Mode(); err != nil {
 		return 0, fmt.Errorf("ipmapper: %w", err)
 	}
 	var listKey string
@@ -242,31 +252,31 @@ func (c *Client) CleanSessions(ctx context.Context, r CleanRequest) (int, error)
 	switch {
 	case len(r.IDs) > 0:
 		listKey = "ids"
-		wire.IDs = nil
+		req.IDs = nil
 		for _, id := range r.IDs {
 			b, _ := json.Marshal(id)
 			items = append(items, b)
 		}
 	case len(r.Subnets) > 0:
 		listKey = "subnets"
-		wire.Subnets = nil
+		req.Subnets = nil
 		for _, p := range r.Subnets {
 			b, _ := json.Marshal(p)
 			items = append(items, b)
 		}
 	default:
-		body, err := json.Marshal(wire)
+		body, err := json.Marshal(req)
 		if err != nil {
 			return 0, fmt.Errorf("ipmapper: encode request: %w", err)
 		}
-		var reply CleanSessionsReply
-		if err := c.call(ctx, SubjectCleanSessions, body, &reply); err != nil {
+		var reply wire.CleanSessionsReply
+		if err := c.call(ctx, wire.SubjectCleanSessions, body, &reply); err != nil {
 			return 0, err
 		}
 		return reply.Removed, nil
 	}
 	// The rest of the request, with the list spliced in at the end.
-	rest, err := json.Marshal(wire)
+	rest, err := json.Marshal(req)
 	if err != nil {
 		return 0, fmt.Errorf("ipmapper: encode request: %w", err)
 	}
@@ -281,8 +291,8 @@ func (c *Client) CleanSessions(ctx context.Context, r CleanRequest) (int, error)
 		if ch.tooBig {
 			return removed, fmt.Errorf("ipmapper: %s[%d] does not fit in a NATS message", listKey, ch.start)
 		}
-		var reply CleanSessionsReply
-		if err := c.call(ctx, SubjectCleanSessions, joinJSON(head, items[ch.start:ch.end], tail), &reply); err != nil {
+		var reply wire.CleanSessionsReply
+		if err := c.call(ctx, wire.SubjectCleanSessions, joinJSON(head, items[ch.start:ch.end], tail), &reply); err != nil {
 			return removed, err
 		}
 		removed += reply.Removed
@@ -361,7 +371,7 @@ func (c *Client) call(ctx context.Context, subject string, body []byte, out any)
 	if code := msg.Header.Get(micro.ErrorCodeHeader); code != "" {
 		re := &RemoteError{Message: msg.Header.Get(micro.ErrorHeader)}
 		re.Code, _ = strconv.Atoi(code)
-		var eb ErrorReply
+		var eb wire.ErrorReply
 		if json.Unmarshal(msg.Data, &eb) == nil && eb.Error != "" {
 			re.Message = eb.Error
 		}

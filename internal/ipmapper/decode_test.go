@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/svc-pf/svc-pf/internal/ipmapper/wire"
 	"github.com/svc-pf/svc-pf/internal/session"
 )
 
@@ -123,15 +124,15 @@ func FuzzDecodeCleanSessions(f *testing.F) {
 		// Never "remove everything": every accepted request is bounded by
 		// an org or by a list of ids.
 		switch mode {
-		case cleanByOrg:
+		case wire.CleanByOrg:
 			if req.Org == "" || !req.All {
 				t.Fatalf("org clean accepted: %+v", req)
 			}
-		case cleanByRevision:
+		case wire.CleanByRevision:
 			if req.Org == "" || req.RevisionBelow <= 0 {
 				t.Fatalf("revision clean accepted: %+v", req)
 			}
-		case cleanBySubnets:
+		case wire.CleanBySubnets:
 			if req.Org == "" || len(req.Subnets) == 0 {
 				t.Fatalf("subnet clean accepted: %+v", req)
 			}
@@ -140,7 +141,7 @@ func FuzzDecodeCleanSessions(f *testing.F) {
 					t.Fatalf("subnet %v not valid and masked", p)
 				}
 			}
-		case cleanByIDs:
+		case wire.CleanByIDs:
 			if len(req.IDs) == 0 {
 				t.Fatal("ids clean without ids")
 			}
@@ -151,39 +152,6 @@ func FuzzDecodeCleanSessions(f *testing.F) {
 			}
 		default:
 			t.Fatalf("accepted with mode %d", mode)
-		}
-	})
-}
-
-// FuzzPack checks the client's request splitting: every item in exactly one
-// chunk, in order, and no chunk over budget unless it is one oversized item.
-func FuzzPack(f *testing.F) {
-	f.Add([]byte{3, 10, 200, 1, 50}, 64)
-	f.Add([]byte{}, 1)
-	f.Fuzz(func(t *testing.T, sizes []byte, budget int) {
-		if budget < 1 || budget > 1<<16 {
-			return
-		}
-		items := make([][]byte, len(sizes))
-		for i, n := range sizes {
-			items[i] = make([]byte, n)
-		}
-		next := 0
-		for _, ch := range pack(items, budget) {
-			if ch.start != next || ch.end <= ch.start {
-				t.Fatalf("chunk %+v after %d", ch, next)
-			}
-			next = ch.end
-			size := ch.end - ch.start - 1
-			for _, it := range items[ch.start:ch.end] {
-				size += len(it)
-			}
-			if ch.tooBig != (size > budget) || (ch.tooBig && ch.end-ch.start != 1) {
-				t.Fatalf("chunk %+v of %d bytes, budget %d", ch, size, budget)
-			}
-		}
-		if next != len(items) {
-			t.Fatalf("chunks cover %d of %d items", next, len(items))
 		}
 	})
 }

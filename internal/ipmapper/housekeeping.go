@@ -1,0 +1,133 @@
+package ipmapper
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/svc-pf/svc-pf/internal/session"
+)
+
+// reconcile re-reads the keys whose write failed and makes the table match
+// the bucket for them. A write can fail from here yet be stored (the ack
+// lost in a disconnect, or late past the timeout), and a table that drifted
+// from the bucket would merge and clean against a state no node has. Best
+// effort: it stops at the first failed read, since the bus is then down and
+// every further read would only wait out its timeout. Called with mu held.
+func (s *Service) reconcile(ids []string) {
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.WriteTimeout)
+	defer cancel()
+	ix := s.idx.Load()
+	var upserts []*session.Session
+	var deletes []string
+	for _, id := range ids {
+		e, err := s.store.kv.Get(ctx, id)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			if _, ok := ix.Get(id); ok {
+				deletes = append(deletes, id)
+			}
+			continue
+		}
+		if err != nil {
+			s.log.Warn("cannot re-read session after a failed write; the table may lag the bucket until the next write of it", "id", id, "err", err)
+			break
+		}
+		stored, err := session.Decode(id, e.Value())
+		if err != nil {
+			// Every node drops a key whose value it cannot use as a
+			// session; so does the table.
+			if _, ok := ix.Get(id); ok {
+				deletes = append(deletes, id)
+			}
+			continue
+		}
+		if cur, ok := ix.Get(id); !ok || !sameContent(cur.Session(), stored) || !cur.UpdatedAt().Equal(stored.UpdatedAt) {
+			upserts = append(upserts, stored)
+		}
+	}
+	if len(upserts)+len(deletes) > 0 {
+		s.log.Warn("table reconciled with the bucket after failed writes that did land", "updated", len(upserts), "removed", len(deletes))
+		s.commit(upserts, deletes)
+	}
+}
+
+// every runs fn every interval until the service stops.
+func (s *Service) every(interval time.Duration, fn func()) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+			fn()
+		}
+	}
+}
+
+func (s *Service) sweepTick() {
+	if n, err := s.sweep(); err != nil {
+		s.log.Warn("sweep expired sessions", "removed", n, "err", err)
+	} else if n > 0 {
+		s.log.Debug("swept expired sessions", "removed", n)
+	}
+}
+
+// sweep removes every session whose expiry has passed. A failed delete is
+// retried on the next sweep.
+func (s *Service) sweep() (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	var ids []string
+	for id, exp := range s.expiring {
+		if !exp.After(now) {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	slices.Sort(ids)
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.WriteTimeout)
+	defer cancel()
+	removed, err := s.remove(ctx, ids)
+	s.metrics.removedExpired.Add(float64(len(removed)))
+	return len(removed), err
+}
+
+// purgeTimeout bounds one purge run: listing the bucket's keys (headers
+// only) and one purge request per old marker.
+const purgeTimeout = 5 * time.Minute
+
+func (s *Service) purgeTick() {
+	// Markers carry the server's timestamp, so their age is measured on
+	// the wall clock, not on Config.Clock.
+	n, err := s.purgeDeletes(time.Now().Add(-s.cfg.PurgeDeletesAfter))
+	switch {
+	case err != nil:
+		s.log.Warn("purge old delete markers", "purged", n, "err", err)
+	case n > 0:
+		s.log.Info("purged old delete markers", "purged", n)
+	}
+}
+
+// purgeDeletes removes from the bucket the delete markers created before
+// cutoff. It does not take mu: each purge is bounded by its marker's
+// sequence (see store.purgeMarkers), so a write of the same key made
+// meanwhile is never lost, and the table, which holds no removed ids, is
+// not involved.
+func (s *Service) purgeDeletes(cutoff time.Time) (int, error) {
+	ctx, cancel := context.WithTimeout(s.ctx, purgeTimeout)
+	defer cancel()
+	markers, err := s.store.deleteMarkers(ctx, cutoff)
+	if err != nil {
+		return 0, err
+	}
+	n, err := s.store.purgeMarkers(ctx, markers)
+	s.metrics.markersPurged.Add(float64(n))
+	return n, err
+}
