@@ -3,23 +3,91 @@ package app
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
+
 	"github.com/svc-pf/svc-pf/docs"
 	"github.com/svc-pf/svc-pf/internal/deploy"
 	"github.com/svc-pf/svc-pf/internal/httpapi"
 	"github.com/svc-pf/svc-pf/internal/ipmapper/mapperclient"
+	"github.com/svc-pf/svc-pf/internal/natsbus"
 	"github.com/svc-pf/svc-pf/internal/orgmanager"
 	"github.com/svc-pf/svc-pf/internal/orgstore"
 )
 
-// Version is the build's version string, set by the command.
-type Version string
+// DatabaseConfig is the orgmanager's `database` section.
+type DatabaseConfig struct {
+	// URL is sqlite:PATH or postgres://…
+	URL string `yaml:"url"`
+}
+
+// DeployConfig is the orgmanager's `deploy` section.
+type DeployConfig struct {
+	Workers              int           `yaml:"workers"`
+	VersionCheckInterval time.Duration `yaml:"version_check_interval"`
+	FullRedeployInterval time.Duration `yaml:"full_redeploy_interval"`
+	RetryMin             time.Duration `yaml:"retry_min"`
+	RetryMax             time.Duration `yaml:"retry_max"`
+	PublishTimeout       time.Duration `yaml:"publish_timeout"`
+}
+
+// OrgManagerConfig is the orgmanager's whole configuration file.
+type OrgManagerConfig struct {
+	HTTP     httpapi.Config `yaml:"http"`
+	Log      LogConfig      `yaml:"log"`
+	Database DatabaseConfig `yaml:"database"`
+	NATS     NATSConfig     `yaml:"nats"`
+	Deploy   DeployConfig   `yaml:"deploy"`
+}
+
+// DefaultOrgManagerConfig is what runs when the file sets nothing.
+func DefaultOrgManagerConfig() OrgManagerConfig {
+	return OrgManagerConfig{
+		HTTP:     httpapi.Config{Address: "127.0.0.1:8080"},
+		Log:      LogConfig{Level: "info"},
+		Database: DatabaseConfig{URL: "sqlite:data/orgmanager.db"},
+		Deploy: DeployConfig{
+			Workers:              4,
+			VersionCheckInterval: 30 * time.Second,
+			FullRedeployInterval: 6 * time.Hour,
+			RetryMin:             100 * time.Millisecond,
+			RetryMax:             30 * time.Second,
+			PublishTimeout:       30 * time.Second,
+		},
+	}
+}
+
+// Validate checks the configuration before anything starts.
+func (c *OrgManagerConfig) Validate() error {
+	var errs []error
+	errs = append(errs, prefixed("orgmanager", c.HTTP.Validate()), c.Log.validate())
+	if c.Database.URL == "" {
+		errs = append(errs, errors.New("database.url is required"))
+	}
+	d := c.Deploy
+	if d.Workers < 1 || d.Workers > 1024 {
+		errs = append(errs, fmt.Errorf("deploy.workers must be 1..1024, not %d", d.Workers))
+	}
+	for name, v := range map[string]time.Duration{"version_check_interval": d.VersionCheckInterval,
+		"full_redeploy_interval": d.FullRedeployInterval} {
+		if v < 0 {
+			errs = append(errs, fmt.Errorf("deploy.%s must not be negative (0 disables it)", name))
+		}
+	}
+	for name, v := range map[string]time.Duration{"retry_min": d.RetryMin, "retry_max": d.RetryMax, "publish_timeout": d.PublishTimeout} {
+		if v <= 0 {
+			errs = append(errs, fmt.Errorf("deploy.%s must be positive", name))
+		}
+	}
+	if d.RetryMax < d.RetryMin {
+		errs = append(errs, errors.New("deploy.retry_max must not be below deploy.retry_min"))
+	}
+	return errors.Join(errs...)
+}
 
 // OrgManager is a started orgmanager: listener bound, store open.
 type OrgManager struct {
@@ -114,10 +182,24 @@ func (o *OrgManager) Run(ctx context.Context) error {
 	return errors.Join(err, o.store.Close())
 }
 
-// newRegistry is a private registry with the Go runtime and process
-// collectors, one per listener.
-func newRegistry() *prometheus.Registry {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return reg
+// RunOrgManager runs the standalone orgmanager until ctx ends.
+func RunOrgManager(ctx context.Context, cfg OrgManagerConfig, v Version, log *slog.Logger) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	var nc *nats.Conn
+	if cfg.NATS.URL != "" {
+		var err error
+		// Writes must succeed while NATS is away, so the first connection
+		// may fail too: deploys retry until it is up.
+		if nc, err = natsbus.Connect(cfg.NATS.URL, "svc-pf orgmanager", log, true); err != nil {
+			return err
+		}
+		defer nc.Close()
+	}
+	om, err := StartOrgManager(ctx, cfg, nc, v, log)
+	if err != nil {
+		return err
+	}
+	return om.Run(ctx)
 }

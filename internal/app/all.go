@@ -1,0 +1,162 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/svc-pf/svc-pf/internal/natsbus"
+)
+
+// EmbeddedNATSConfig is the `nats` section of `svc-pf all`.
+type EmbeddedNATSConfig struct {
+	// Listen is the embedded server's client address. The default port
+	// 4223 leaves 4222 to a system NATS server that may run beside it.
+	Listen string `yaml:"listen"`
+	// StoreDir holds JetStream's files; default <data_dir>/nats.
+	StoreDir string `yaml:"store_dir"`
+}
+
+// AllConfig is the configuration of `svc-pf all`: every service in one
+// process around an embedded NATS server.
+type AllConfig struct {
+	// DataDir holds the SQLite database and JetStream's files by default.
+	DataDir    string             `yaml:"data_dir"`
+	Log        LogConfig          `yaml:"log"`
+	NATS       EmbeddedNATSConfig `yaml:"nats"`
+	OrgManager OrgManagerConfig   `yaml:"orgmanager"`
+	IPMapper   IPMapperConfig     `yaml:"ipmapper"`
+}
+
+// DefaultAllConfig is what runs when the file sets nothing.
+func DefaultAllConfig() AllConfig {
+	return AllConfig{
+		DataDir:    "data",
+		Log:        LogConfig{Level: "info"},
+		NATS:       EmbeddedNATSConfig{Listen: "127.0.0.1:4223"},
+		OrgManager: DefaultOrgManagerConfig(),
+		IPMapper:   DefaultIPMapperConfig(),
+	}
+}
+
+// Validate checks the configuration before anything starts.
+func (c *AllConfig) Validate() error {
+	var errs []error
+	if c.DataDir == "" {
+		errs = append(errs, errors.New("data_dir is required"))
+	}
+	errs = append(errs, c.Log.validate(), prefixed("orgmanager", c.OrgManager.Validate()),
+		prefixed("ipmapper", c.IPMapper.Validate(false)))
+	return errors.Join(errs...)
+}
+
+// RunAll runs every service in one process around an embedded NATS server
+// whose JetStream files live under the data directory.
+func RunAll(ctx context.Context, cfg AllConfig, v Version, log *slog.Logger) error {
+	all, err := StartAll(ctx, cfg, v, log)
+	if err != nil {
+		return err
+	}
+	return all.Run(ctx)
+}
+
+// All is `svc-pf all`, started.
+type All struct {
+	NATS       *natsbus.Embedded
+	OrgManager *OrgManager
+	IPMapper   *IPMapper
+	conns      []*nats.Conn
+}
+
+// StartAll starts the embedded NATS server and builds both services.
+func StartAll(ctx context.Context, cfg AllConfig, v Version, log *slog.Logger) (*All, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+		return nil, err
+	}
+	storeDir := cfg.NATS.StoreDir
+	if storeDir == "" {
+		storeDir = filepath.Join(cfg.DataDir, "nats")
+	}
+	if cfg.OrgManager.Database.URL == DefaultOrgManagerConfig().Database.URL {
+		// Not set by the operator: the database lives in the data directory too.
+		cfg.OrgManager.Database.URL = "sqlite:" + filepath.Join(cfg.DataDir, "orgmanager.db")
+	}
+	host, portStr, err := net.SplitHostPort(cfg.NATS.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("nats.listen %q: %w", cfg.NATS.Listen, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return nil, fmt.Errorf("nats.listen %q: bad port", cfg.NATS.Listen)
+	}
+	srv, err := natsbus.StartEmbedded(natsbus.EmbeddedConfig{Host: host, Port: port, StoreDir: storeDir, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	a := &All{NATS: srv}
+	fail := func(err error) (*All, error) {
+		a.close()
+		return nil, err
+	}
+	connect := func(url, name string) (*nats.Conn, error) {
+		if url == "" {
+			url = srv.ClientURL()
+		}
+		nc, err := natsbus.Connect(url, name, log, true)
+		if err == nil {
+			a.conns = append(a.conns, nc)
+		}
+		return nc, err
+	}
+	log.Info("embedded NATS server started", "url", srv.ClientURL(), "store_dir", storeDir)
+
+	ncMapper, err := connect(cfg.IPMapper.NATS.URL, "svc-pf ipmapper")
+	if err != nil {
+		return fail(err)
+	}
+	if a.IPMapper, err = StartIPMapper(cfg.IPMapper, ncMapper, v, log); err != nil {
+		return fail(err)
+	}
+	ncOrg, err := connect(cfg.OrgManager.NATS.URL, "svc-pf orgmanager")
+	if err != nil {
+		return fail(err)
+	}
+	if a.OrgManager, err = StartOrgManager(ctx, cfg.OrgManager, ncOrg, v, log); err != nil {
+		return fail(err)
+	}
+	return a, nil
+}
+
+// Run runs every service until ctx ends, then stops NATS last.
+func (a *All) Run(ctx context.Context) error {
+	defer a.close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 2)
+	go func() { errc <- a.IPMapper.Run(ctx) }()
+	go func() { errc <- a.OrgManager.Run(ctx) }()
+	// One service failing stops the others: half a platform is worse than
+	// a restart.
+	err := <-errc
+	cancel()
+	return errors.Join(err, <-errc)
+}
+
+func (a *All) close() {
+	for _, nc := range a.conns {
+		nc.Close()
+	}
+	if a.NATS != nil {
+		a.NATS.Shutdown()
+	}
+}
