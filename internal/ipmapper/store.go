@@ -174,11 +174,11 @@ func (st *store) holds(ctx context.Context, id, org string) (bool, error) {
 	return true, nil
 }
 
-// marker is a delete marker in the bucket: its key, and its revision (the
-// stream sequence of the marker message).
+// marker is a delete marker in the bucket: its key, and its stream sequence
+// (what nats.go calls the KV entry's revision).
 type marker struct {
 	key string
-	rev uint64
+	seq uint64
 }
 
 // deleteMarkers lists the keys whose latest entry is a delete (or purge)
@@ -202,7 +202,7 @@ func (st *store) deleteMarkers(ctx context.Context, cutoff time.Time) ([]marker,
 				return out, nil
 			}
 			if op := e.Operation(); (op == jetstream.KeyValueDelete || op == jetstream.KeyValuePurge) && e.Created().Before(cutoff) {
-				out = append(out, marker{key: e.Key(), rev: e.Revision()})
+				out = append(out, marker{key: e.Key(), seq: e.Revision()})
 			}
 		}
 	}
@@ -226,7 +226,7 @@ func (st *store) purgeMarkers(ctx context.Context, markers []marker) (int, error
 		return 0, fmt.Errorf("purge delete markers: %w", err)
 	}
 	for i, m := range markers {
-		if err := stream.Purge(ctx, jetstream.WithPurgeSubject(st.subject+m.key), jetstream.WithPurgeSequence(m.rev+1)); err != nil {
+		if err := stream.Purge(ctx, jetstream.WithPurgeSubject(st.subject+m.key), jetstream.WithPurgeSequence(m.seq+1)); err != nil {
 			return i, fmt.Errorf("purge delete marker of %s: %w", m.key, err)
 		}
 	}
