@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/svc-pf/svc-pf/internal/deploy"
+	"github.com/svc-pf/svc-pf/internal/identity"
+	"github.com/svc-pf/svc-pf/internal/orgstore"
 	"github.com/svc-pf/svc-pf/internal/orgstore/storetest"
 )
 
@@ -19,13 +21,13 @@ import (
 // item limits, so a full batch of the largest legal items, as encoding/json
 // writes them, is under it; every other endpoint keeps the smaller cap.
 func TestBatchBodyCapFitsTheLargestBatch(t *testing.T) {
-	meta := `{"k":"` + strings.Repeat("m", maxMetaLen-8) + `"}`
+	meta := `{"k":"` + strings.Repeat("m", orgstore.MaxMetaLen-8) + `"}`
 	item := map[string]any{
 		"cidr": "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ff00/120",
 		// encoding/json escapes '<' as \u003c: six bytes per byte.
-		"username": strings.Repeat("<", maxAttributeLen),
-		"deviceid": strings.Repeat("<", maxAttributeLen),
-		"location": strings.Repeat("<", maxAttributeLen),
+		"username": strings.Repeat("<", identity.MaxAttributeLen),
+		"deviceid": strings.Repeat("<", identity.MaxAttributeLen),
+		"location": strings.Repeat("<", identity.MaxAttributeLen),
 		"meta":     json.RawMessage(meta),
 		"delete":   false,
 		"_status":  "outside-prefixes",
@@ -42,7 +44,7 @@ func TestBatchBodyCapFitsTheLargestBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	o, err := in.toOverride()
-	if err != nil || len(o.Meta) != maxMetaLen || len(o.Username) != maxAttributeLen {
+	if err != nil || len(o.Meta) != orgstore.MaxMetaLen || len(o.Username) != identity.MaxAttributeLen {
 		t.Fatalf("largest item refused: %v (meta %d bytes)", err, len(o.Meta))
 	}
 	if len(raw) > maxItemBytes {
@@ -66,7 +68,7 @@ func TestBodyCaps(t *testing.T) {
 	// A legal batch over the 32 MiB every other endpoint allows: 2 100
 	// items with 16 KiB of meta each, streamed (chunked) as generated.
 	const n = 2100
-	pad := strings.Repeat("m", maxMetaLen-16)
+	pad := strings.Repeat("m", orgstore.MaxMetaLen-16)
 	body := &itemStream{n: n, item: func(i int) string {
 		return fmt.Sprintf(`{"cidr":"10.%d.%d.0/24","meta":{"x-pad":"%s"}}`, i/256, i%256, pad)
 	}}

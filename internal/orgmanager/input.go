@@ -1,30 +1,23 @@
 package orgmanager
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
-	"strings"
-	"unicode/utf8"
 
 	"github.com/svc-pf/svc-pf/internal/cidr"
 	"github.com/svc-pf/svc-pf/internal/httpapi"
+	"github.com/svc-pf/svc-pf/internal/identity"
 	"github.com/svc-pf/svc-pf/internal/orgstore"
 )
 
-// Limits on stored strings. The spec names none; these keep one careless
-// client from storing megabytes per override (docs/orgmanager.md).
-const (
-	maxOrgIDLen     = 255
-	maxAttributeLen = 1024
-	maxMetaLen      = 16 << 10
-	maxBatchItems   = 10_000
-)
+// maxBatchItems is spec 1's limit on a batch.
+const maxBatchItems = 10_000
 
-// Request body caps, derived from the limits above so that no legal request
-// is refused with 413.
+// Request body caps, derived from the item limits (identity.MaxAttributeLen,
+// orgstore.MaxMetaLen, maxBatchItems) so that no legal request is refused
+// with 413.
 const (
 	// maxItemBytes is the largest legal override as a client encodes it
 	// compactly: username, deviceid and location at their limit with every
@@ -32,7 +25,7 @@ const (
 	// writes '<' so), meta at its limit (which counts its compact text,
 	// escapes included), and 1 KiB for the cidr, the key names, "delete" and
 	// the read-only fields a client may echo back (_status, _mtime, _ctime).
-	maxItemBytes = 3*6*maxAttributeLen + maxMetaLen + 1<<10
+	maxItemBytes = 3*6*identity.MaxAttributeLen + orgstore.MaxMetaLen + 1<<10
 	// maxBatchBody caps POST /overrides/batch: a full batch of the largest
 	// items plus 1 MiB for the envelope and whitespace (about 343 MiB).
 	maxBatchBody = maxBatchItems*maxItemBytes + 1<<20
@@ -43,32 +36,6 @@ const (
 
 // errMissingCIDR is the batch item message for an absent cidr.
 var errMissingCIDR = errors.New("missing required field: cidr")
-
-// validOrgID checks an organisation id taken from the path: any non-empty
-// segment up to 255 bytes of printable UTF-8 (DESIGN.md §3). A decoded %2F
-// would make it more than one segment, so '/' is refused; "." and ".." (sent
-// as %2E) are not segments a client or proxy keeps as they are, since they
-// name the current and parent path.
-func validOrgID(id string) error {
-	switch {
-	case id == "":
-		return errors.New("organisation id is empty")
-	case id == "." || id == "..":
-		return fmt.Errorf("organisation id must not be %q", id)
-	case len(id) > maxOrgIDLen:
-		return fmt.Errorf("organisation id longer than %d bytes", maxOrgIDLen)
-	case !utf8.ValidString(id):
-		return errors.New("organisation id is not valid UTF-8")
-	case strings.ContainsRune(id, '/'):
-		return errors.New("organisation id must not contain '/'")
-	}
-	for _, r := range id {
-		if r < 0x20 || r == 0x7f {
-			return errors.New("organisation id contains a control character")
-		}
-	}
-	return nil
-}
 
 // overrideInput is an override as clients send it, alone or as a batch
 // item. Pointers tell an absent field from an empty one; unknown fields,
@@ -92,10 +59,10 @@ type inputError struct {
 func (e *inputError) Error() string { return e.err.Error() }
 
 // toOverride validates in the spec's order: the required cidr, its syntax,
-// length and canonical form, then the other fields. Whatever it accepts the
-// store accepts too (it runs the store's text checks, orgstore.CheckText), so
-// a batch item the store would refuse is a per-item error here instead of
-// failing the whole batch in the store.
+// length and canonical form, then the other fields. The checks after the
+// CIDR are the store's own (orgstore.PrepareOverride), so a batch item the
+// store would refuse is a per-item error here instead of failing the whole
+// batch in the store, and the store does not run them again.
 func (in *overrideInput) toOverride() (orgstore.Override, error) {
 	if in.CIDR == nil {
 		return orgstore.Override{}, &inputError{err: errMissingCIDR}
@@ -104,58 +71,23 @@ func (in *overrideInput) toOverride() (orgstore.Override, error) {
 	if err != nil {
 		return orgstore.Override{}, &inputError{cidr: *in.CIDR, err: err}
 	}
-	o := orgstore.Override{CIDR: p}
-	for _, f := range []struct {
-		name string
-		in   *string
-		out  *string
-	}{{"username", in.Username, &o.Username}, {"deviceid", in.DeviceID, &o.DeviceID}, {"location", in.Location, &o.Location}} {
-		if f.in == nil {
-			continue
+	o := orgstore.Override{CIDR: p, Meta: in.Meta}
+	for _, f := range []struct{ in, out *string }{
+		{in.Username, &o.Username}, {in.DeviceID, &o.DeviceID}, {in.Location, &o.Location},
+	} {
+		if f.in != nil {
+			*f.out = *f.in
 		}
-		if len(*f.in) > maxAttributeLen {
-			return o, &inputError{err: fmt.Errorf("%s longer than %d bytes", f.name, maxAttributeLen)}
-		}
-		if err := orgstore.CheckText(f.name, *f.in); err != nil {
-			return o, &inputError{err: err}
-		}
-		*f.out = *f.in
 	}
-	meta, err := normaliseMeta(in.Meta)
-	if err != nil {
+	// encoding/json hands a RawMessage the literal null: for clients it
+	// means absent, as leaving meta out does.
+	if string(o.Meta) == "null" {
+		o.Meta = nil
+	}
+	if o, err = orgstore.PrepareOverride(o); err != nil {
 		return o, &inputError{err: err}
 	}
-	// The store keeps a string meta.trace_id in a TEXT column of its own,
-	// so it is held to the same rule as the attributes.
-	if err := orgstore.CheckText("meta.trace_id", orgstore.TraceID(meta)); err != nil {
-		return o, &inputError{err: err}
-	}
-	o.Meta = meta
 	return o, nil
-}
-
-// normaliseMeta accepts a JSON object (stored compact) or null/absent. Like
-// orgstore's normalizeMeta it refuses invalid UTF-8: a json.RawMessage keeps
-// the request's bytes as they are, so a raw 0xff byte inside meta gets here.
-func normaliseMeta(raw json.RawMessage) (json.RawMessage, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return nil, nil
-	}
-	if raw[0] != '{' {
-		return nil, errors.New("meta must be a JSON object")
-	}
-	if !utf8.Valid(raw) {
-		return nil, errors.New("meta is not valid UTF-8")
-	}
-	var buf bytes.Buffer
-	if err := json.Compact(&buf, raw); err != nil {
-		return nil, fmt.Errorf("meta: %w", err)
-	}
-	if buf.Len() > maxMetaLen {
-		return nil, fmt.Errorf("meta larger than %d bytes", maxMetaLen)
-	}
-	return buf.Bytes(), nil
 }
 
 // decodeItem decodes one batch item; a type error is a per-item error, not

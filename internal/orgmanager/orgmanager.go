@@ -18,6 +18,7 @@ import (
 	"github.com/svc-pf/svc-pf/internal/cidr"
 	"github.com/svc-pf/svc-pf/internal/deploy"
 	"github.com/svc-pf/svc-pf/internal/httpapi"
+	"github.com/svc-pf/svc-pf/internal/identity"
 	"github.com/svc-pf/svc-pf/internal/orgstore"
 	"github.com/svc-pf/svc-pf/internal/ranges"
 )
@@ -42,6 +43,13 @@ type Deployer interface {
 	Redeploy(org string)
 	Status(org string) deploy.Status
 }
+
+// The implementations app wires in; asserted here so that a change to either
+// side fails this package's build rather than app's.
+var (
+	_ Store    = (*orgstore.Store)(nil)
+	_ Deployer = (*deploy.Deployer)(nil)
+)
 
 // Config configures the API.
 type Config struct {
@@ -91,7 +99,7 @@ type orgHandler func(w http.ResponseWriter, r *http.Request, org string)
 func (a *API) org(h orgHandler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		org := r.PathValue("org")
-		if err := validOrgID(org); err != nil {
+		if err := identity.ValidateOrg(org); err != nil {
 			httpapi.WriteError(w, http.StatusBadRequest, err.Error())
 			return
 		}

@@ -8,26 +8,51 @@ import (
 	"unicode/utf8"
 )
 
-// normalizeMeta checks that meta is absent or a JSON object and returns it in
-// compact form, so what is stored is what the client sent minus whitespace.
-func normalizeMeta(meta json.RawMessage) (json.RawMessage, error) {
+// MaxMetaLen is the largest meta the store keeps, counted in its compact
+// form. Spec 1 names no limit; this keeps one careless client from storing
+// megabytes per override (docs/orgmanager.md).
+const MaxMetaLen = 16 << 10
+
+// NormalizeMeta checks that meta is absent (nil) or a JSON object of at most
+// MaxMetaLen bytes and returns it in compact form, so what is stored is what
+// the client sent minus whitespace. The refusals wrap ErrInvalidInput and
+// their texts are the API's 400 bodies. JSON null is not absent here: how a
+// wire format spells "absent" is its decoder's business.
+func NormalizeMeta(meta json.RawMessage) (json.RawMessage, error) {
 	if meta == nil {
 		return nil, nil
 	}
+	// The object check comes first so that a string or an array is named
+	// for what it is rather than for a bad byte inside it.
+	if t := bytes.TrimLeft(meta, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+		return nil, &invalidError{msg: "meta must be a JSON object"}
+	}
+	// A json.RawMessage keeps the request's bytes as they are, so a raw
+	// 0xff byte gets here; json.Compact would copy it through.
 	if !utf8.Valid(meta) {
-		return nil, fmt.Errorf("%w: meta is not valid UTF-8", ErrInvalidInput)
+		return nil, &invalidError{msg: "meta is not valid UTF-8"}
 	}
 	var buf bytes.Buffer
 	buf.Grow(len(meta))
 	if err := json.Compact(&buf, meta); err != nil {
-		return nil, fmt.Errorf("%w: meta is not valid JSON: %v", ErrInvalidInput, err)
+		return nil, &invalidError{msg: "meta: " + err.Error(), err: err}
 	}
-	out := buf.Bytes()
-	if len(out) == 0 || out[0] != '{' {
-		return nil, fmt.Errorf("%w: meta must be a JSON object", ErrInvalidInput)
+	if buf.Len() > MaxMetaLen {
+		return nil, &invalidError{msg: fmt.Sprintf("meta larger than %d bytes", MaxMetaLen)}
 	}
-	return out, nil
+	return buf.Bytes(), nil
 }
+
+// invalidError is a refusal whose text goes to API clients as it is, like
+// identity's: without the "invalid input: " that wrapping would prefix.
+type invalidError struct {
+	msg string
+	err error // the cause, if any
+}
+
+func (e *invalidError) Error() string        { return e.msg }
+func (e *invalidError) Is(target error) bool { return target == ErrInvalidInput }
+func (e *invalidError) Unwrap() error        { return e.err }
 
 // TraceID returns meta.trace_id when meta is a JSON object whose "trace_id"
 // member (exact, case-sensitive name; the last one when repeated, as
@@ -142,22 +167,4 @@ func valueEnd(b []byte, i int) int {
 		}
 		return i
 	}
-}
-
-// checkText rejects strings PostgreSQL cannot store in a TEXT column, so both
-// dialects accept and refuse the same input.
-func CheckText(field, v string) error {
-	if !utf8.ValidString(v) {
-		return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalidInput, field)
-	}
-	if strings.IndexByte(v, 0) >= 0 {
-		return fmt.Errorf("%w: %s contains a NUL character", ErrInvalidInput, field)
-	}
-	return nil
-}
-
-// validOrgID follows DESIGN.md §3: any non-empty path segment up to 255 bytes.
-// An id the store cannot hold cannot exist, so readers map it to not-found.
-func validOrgID(id string) bool {
-	return id != "" && len(id) <= 255 && CheckText("org id", id) == nil
 }

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+
+	"github.com/svc-pf/svc-pf/internal/identity"
 )
 
 // PutOrg creates the organisation at version 1, or bumps the version of an
@@ -12,11 +14,8 @@ import (
 // call.
 func (s *Store) PutOrg(ctx context.Context, id string) (int64, error) {
 	defer s.cache.invalidate(id) // after the commit: see overrideCache
-	if !validOrgID(id) {
-		if err := CheckText("org id", id); err != nil {
-			return 0, err
-		}
-		return 0, fmt.Errorf("%w: org id must be 1 to 255 bytes", ErrInvalidInput)
+	if err := identity.ValidateOrg(id); err != nil {
+		return 0, err
 	}
 	now := s.nowMicros()
 	var v int64
@@ -44,7 +43,7 @@ func (s *Store) PutOrg(ctx context.Context, id string) (int64, error) {
 
 // GetOrg returns the organisation, or ErrOrgNotFound.
 func (s *Store) GetOrg(ctx context.Context, id string) (Org, error) {
-	if !validOrgID(id) {
+	if identity.ValidateOrg(id) != nil {
 		return Org{}, ErrOrgNotFound
 	}
 	o := Org{ID: id}
@@ -119,7 +118,7 @@ func (s *Store) ListOrgs(ctx context.Context) ([]OrgVersion, error) {
 // a new organisation) and returns the new value. It does not bump the
 // version: a redeploy changes nothing a client wrote.
 func (s *Store) NextRevision(ctx context.Context, id string) (int64, error) {
-	if !validOrgID(id) {
+	if identity.ValidateOrg(id) != nil {
 		return 0, ErrOrgNotFound
 	}
 	var rev int64

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+
+	"github.com/svc-pf/svc-pf/internal/identity"
 )
 
 // UpdatePrefixes removes, then adds prefixes of the organisation in one
@@ -178,7 +180,7 @@ func (q queries) insertPrefixes(ctx context.Context, tx *sql.Tx, orgPK int64, ke
 // Prefixes returns the organisation's version and prefixes (IPv4 first, then
 // by address, then by length), read in one statement and so consistent.
 func (s *Store) Prefixes(ctx context.Context, org string) (int64, []netip.Prefix, error) {
-	if !validOrgID(org) {
+	if identity.ValidateOrg(org) != nil {
 		return 0, nil, ErrOrgNotFound
 	}
 	rows, err := s.stmts.prefixes.QueryContext(ctx, org)

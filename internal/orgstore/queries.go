@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/svc-pf/svc-pf/internal/identity"
 )
 
 // queries holds the few statements whose SQL differs between the dialects;
@@ -34,8 +36,8 @@ type queries struct {
 	// per column call and two allocations per column value, so one column
 	// per row reads 100 000 overrides markedly faster than five, and the
 	// four strings become slices of one allocation. NUL is a safe
-	// separator: the store refuses it in all four attributes (checkText).
-	// PostgreSQL reads wire values natively instead (pgread.go); there,
+	// separator: the store refuses it in all four (identity.CheckText).
+	// PostgreSQL reads wire values natively instead (overrides_pg.go); there,
 	// concatenating on the server would cost more than it saves.
 	packedIdentity string
 }
@@ -66,7 +68,7 @@ func queriesFor(dialect string) queries {
 // lockOrg returns the organisation's pk and version, holding it for this
 // write transaction.
 func (s *Store) lockOrg(ctx context.Context, tx *sql.Tx, org string) (pk, version int64, err error) {
-	if !validOrgID(org) {
+	if identity.ValidateOrg(org) != nil {
 		return 0, 0, ErrOrgNotFound
 	}
 	err = tx.QueryRowContext(ctx, s.q.lockOrg, org).Scan(&pk, &version)

@@ -44,9 +44,10 @@ var (
 	ErrOverrideNotFound = errors.New("override not found")
 	// ErrInvalidInput wraps every refusal of a value the store cannot hold
 	// (a non-canonical CIDR, meta that is not a JSON object, a NUL in a
-	// string, an org id outside 1..255 bytes). Handlers validate first; this
-	// is the store's own guard, and maps to HTTP 400.
-	ErrInvalidInput = errors.New("invalid input")
+	// string, an org id identity.ValidateOrg refuses). Handlers validate
+	// first; this is the store's own guard, and maps to HTTP 400. It is
+	// identity.ErrInvalid, so one errors.Is covers the refusals of both.
+	ErrInvalidInput = identity.ErrInvalid
 )
 
 // OverlapError says that a prefix being added overlaps (contains, is
@@ -79,6 +80,13 @@ type OrgVersion struct {
 }
 
 // Override is one per-CIDR override. Strings are "" when absent.
+//
+// The write methods check every Override they are given. PrepareOverride
+// runs those checks ahead, for a caller that wants each refusal per item
+// (the API's batch), and marks its result so that the write does not run
+// them again: the mark records what was checked, and an Override changed
+// after PrepareOverride is checked again in full. An Override built any
+// other way, or read from the store, is never trusted.
 type Override struct {
 	CIDR netip.Prefix
 	identity.Attributes
@@ -89,6 +97,9 @@ type Override struct {
 	TraceID string
 	CTime   time.Time
 	MTime   time.Time
+
+	// checked is set by PrepareOverride only.
+	checked *checkedOverride
 }
 
 // Detail selects the override columns a read returns.
@@ -311,7 +322,7 @@ func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
 }
 
 // read runs fn in one read-only transaction on a consistent snapshot.
-// PostgreSQL's equivalent (REPEATABLE READ READ ONLY) is in pgread.go.
+// PostgreSQL's equivalent (REPEATABLE READ READ ONLY) is in overrides_pg.go.
 func (s *Store) read(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	// SQLite: a deferred transaction takes its WAL snapshot at the first read
 	// and keeps it to the end.

@@ -2,6 +2,7 @@ package orgstore
 
 import (
 	"context"
+	"database/sql"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -141,4 +142,37 @@ func pgInt8(rows pgx.Rows, col int) (int64, error) {
 		return 0, errors.New("orgstore: postgres sent a bigint column in an unexpected format")
 	}
 	return int64(binary.BigEndian.Uint64(raw)), nil
+}
+
+// pgApplyOverrides is the PostgreSQL batch path: the whole batch travels as
+// one array per column and is applied by two statements of constant text
+// (prepared once per connection), whatever the batch size. Many-row VALUES
+// lists cost PostgreSQL more to parse and plan than the rows cost to write.
+func pgApplyOverrides(ctx context.Context, tx *sql.Tx, orgPK, nowMicros int64, deletes [][]byte, rows []upsertRow) error {
+	if len(deletes) > 0 {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM overrides WHERE org_pk = $1 AND cidr = ANY($2::bytea[])`, orgPK, deletes); err != nil {
+			return err
+		}
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	keys := make([][]byte, len(rows))
+	users := make([]string, len(rows))
+	devices := make([]string, len(rows))
+	locations := make([]string, len(rows))
+	traces := make([]string, len(rows))
+	metas := make([]*string, len(rows))
+	for i := range rows {
+		r := &rows[i]
+		keys[i], users[i], devices[i], locations[i], traces[i] = r.key, r.username, r.deviceID, r.location, r.traceID
+		if m, ok := r.meta.(string); ok {
+			metas[i] = &m
+		}
+	}
+	_, err := tx.ExecContext(ctx, `INSERT INTO overrides (org_pk, cidr, username, deviceid, location, trace_id, meta, ctime, mtime)
+		SELECT $1, k, u, d, l, t, m, $2, $2
+		FROM unnest($3::bytea[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[]) AS x (k, u, d, l, t, m)`+upsertConflict,
+		orgPK, nowMicros, keys, users, devices, locations, traces, metas)
+	return err
 }
