@@ -45,9 +45,6 @@ type Attributes struct {
 	Location string `json:"location,omitempty"`
 }
 
-// IsZero reports whether no attribute is set (a bare prefix).
-func (a Attributes) IsZero() bool { return a == Attributes{} }
-
 // Validate checks each attribute in the order username, deviceid, location:
 // at most MaxAttributeLen bytes, then text a database column can hold.
 func (a Attributes) Validate() error {
