@@ -525,22 +525,14 @@ func TestCleanByIDsDeletesStrayBucketKeys(t *testing.T) {
 // TestKVWriteFailure uses a bucket whose values may not exceed
 // 300 bytes: the JetStream server itself refuses the larger writes.
 func TestKVWriteFailure(t *testing.T) {
-	b := startBus(t)
 	ctx := ctxT(t)
-	js, err := jetstream.New(b.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: session.Bucket, MaxValueSize: 300}); err != nil {
-		t.Fatal(err)
-	}
-	f := startFixtureOn(t, b, nil)
+	f := startSmallValueFixture(t)
 	orig := session.Session{ID: "k", Org: "a", Attributes: identity.Attributes{Username: "small"}}
 	if _, err := f.client.SetSession(ctx, orig, 0); err != nil {
 		t.Fatal(err)
 	}
 	big := session.Session{ID: "k", Org: "a", Attributes: identity.Attributes{Username: strings.Repeat("u", 400)}}
-	_, err = f.client.SetSession(ctx, big, 0)
+	_, err := f.client.SetSession(ctx, big, 0)
 	var re *mapperclient.RemoteError
 	if !errors.As(err, &re) || re.Code != 500 || !strings.Contains(re.Message, "store session") {
 		t.Fatalf("want a 500 store error, got %v", err)
@@ -568,10 +560,10 @@ func TestKVWriteFailure(t *testing.T) {
 	// lost would be), the table follows the bucket.
 	landed := session.Session{ID: "k", Org: "a", Attributes: identity.Attributes{Username: "landed"}, Allocations: []netip.Prefix{}, UpdatedAt: f.clock.Now()}
 	lb, _ := json.Marshal(landed)
-	if _, err := kvOf(t, b.nc).Put(ctx, "k", lb); err != nil {
+	if _, err := kvOf(t, f.bus.nc).Put(ctx, "k", lb); err != nil {
 		t.Fatal(err)
 	}
-	if err := kvOf(t, b.nc).Delete(ctx, "ok1"); err != nil {
+	if err := kvOf(t, f.bus.nc).Delete(ctx, "ok1"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.client.SetSession(ctx, big, 0); err == nil {

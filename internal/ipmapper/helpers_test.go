@@ -83,6 +83,22 @@ func startFixture(t testing.TB, mod func(*Config)) *fixture {
 	return startFixtureOn(t, b, mod)
 }
 
+// startSmallValueFixture runs the service on a bucket whose values may not
+// exceed 300 bytes, so that the JetStream server itself refuses larger
+// writes: a KV write failure without a broken connection.
+func startSmallValueFixture(t testing.TB) *fixture {
+	t.Helper()
+	b := startBus(t)
+	js, err := jetstream.New(b.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateKeyValue(ctxT(t), jetstream.KeyValueConfig{Bucket: session.Bucket, MaxValueSize: 300}); err != nil {
+		t.Fatal(err)
+	}
+	return startFixtureOn(t, b, nil)
+}
+
 func startFixtureOn(t testing.TB, b *bus, mod func(*Config)) *fixture {
 	t.Helper()
 	f := &fixture{bus: b, reg: prometheus.NewRegistry(), clock: newFakeClock()}

@@ -92,20 +92,12 @@ func TestSweeperRemovesExpiredSessionsOnItsOwn(t *testing.T) {
 // key and finds a value no node accepts, the table drops the session, as
 // every node did.
 func TestReconcileDropsInvalidBucketValue(t *testing.T) {
-	b := startBus(t)
 	ctx := ctxT(t)
-	js, err := jetstream.New(b.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: session.Bucket, MaxValueSize: 300}); err != nil {
-		t.Fatal(err)
-	}
-	f := startFixtureOn(t, b, nil)
+	f := startSmallValueFixture(t)
 	if _, err := f.client.SetSession(ctx, session.Session{ID: "k", Org: "a"}, 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kvOf(t, b.nc).Put(ctx, "k", []byte(`{"id":"k","org":"a","allocations":["::ffff:10.0.0.0/104"]}`)); err != nil {
+	if _, err := kvOf(t, f.bus.nc).Put(ctx, "k", []byte(`{"id":"k","org":"a","allocations":["::ffff:10.0.0.0/104"]}`)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.client.SetSession(ctx, session.Session{ID: "k", Org: "a", Attributes: identity.Attributes{Username: strings.Repeat("u", 400)}}, 0); err == nil {
