@@ -1,0 +1,302 @@
+// Package feed is the category-feed directory format (DESIGN.md §6.2),
+// shared by the write side that builds feeds (internal/feedbuild, `svc-pf
+// feed build`) and every node's feed index (internal/readmodel/feeds),
+// which polls them. It holds the shapes and the codecs, no network I/O:
+//
+//	feed.json        the manifest, written last by atomic rename
+//	snapshot_<N>.gz  lines "domain[/path]<TAB>code[,code…]"
+//	delta_<N>.gz     the same, or "domain[/path]<TAB>-" to remove the key
+//	feed-codes.json  the codes' titles
+//
+// Domains are lower-case IDNA A-labels without the trailing dot (Name).
+package feed
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// File names in a feed directory.
+const (
+	ManifestFile = "feed.json"
+	CodesFile    = "feed-codes.json"
+)
+
+// Format version of feed.json and feed-codes.json.
+const FormatVersion = 1
+
+// Version types in the manifest.
+const (
+	TypeSnapshot = "snapshot"
+	TypeDelta    = "delta"
+)
+
+// Manifest is feed.json: the latest snapshot and the deltas after it,
+// oldest first.
+type Manifest struct {
+	V        int       `json:"v"`
+	Name     string    `json:"name"`
+	Versions []Version `json:"versions"`
+}
+
+// Version is one file of the feed.
+type Version struct {
+	Version   int64     `json:"version"`
+	Type      string    `json:"type"`
+	File      string    `json:"file"`
+	SHA256    string    `json:"sha256"`
+	Entries   int       `json:"entries"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// FileName is the conventional file of a version of type typ.
+func FileName(typ string, version int64) string {
+	return typ + "_" + strconv.FormatInt(version, 10) + ".gz"
+}
+
+// Latest is the newest version the manifest names, or 0.
+func (m *Manifest) Latest() int64 {
+	if len(m.Versions) == 0 {
+		return 0
+	}
+	return m.Versions[len(m.Versions)-1].Version
+}
+
+// Validate checks what a reader relies on: the format version, a snapshot
+// first, versions increasing by one, file names that stay inside the
+// directory, and SHA-256 sums in hex.
+func (m *Manifest) Validate() error {
+	if m.V != FormatVersion {
+		return fmt.Errorf("feed.json: format version %d, want %d", m.V, FormatVersion)
+	}
+	if len(m.Versions) == 0 {
+		return errors.New("feed.json names no version")
+	}
+	for i, v := range m.Versions {
+		switch {
+		case i == 0 && v.Type != TypeSnapshot:
+			return fmt.Errorf("feed.json: the first version (%d) is a %s, want a snapshot", v.Version, v.Type)
+		case i > 0 && v.Type != TypeDelta:
+			return fmt.Errorf("feed.json: version %d is a %s after the snapshot, want a delta", v.Version, v.Type)
+		case v.Version < 1:
+			return fmt.Errorf("feed.json: version %d is not positive", v.Version)
+		case i > 0 && v.Version != m.Versions[i-1].Version+1:
+			return fmt.Errorf("feed.json: version %d follows %d", v.Version, m.Versions[i-1].Version)
+		case v.File == "" || strings.ContainsAny(v.File, `/\`) || v.File == "." || v.File == "..":
+			return fmt.Errorf("feed.json: version %d names file %q, which is not a plain file name", v.Version, v.File)
+		case !validSHA256(v.SHA256):
+			return fmt.Errorf("feed.json: version %d: sha256 %q is not 64 hex digits", v.Version, v.SHA256)
+		case v.Entries < 0:
+			return fmt.Errorf("feed.json: version %d: negative entries", v.Version)
+		}
+	}
+	return nil
+}
+
+func validSHA256(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// DecodeManifest parses and validates feed.json.
+func DecodeManifest(data []byte) (*Manifest, error) {
+	var m Manifest
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("feed.json: %w", err)
+	}
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+// Code is a category code and its title.
+type Code struct {
+	Code  uint16 `json:"code"`
+	Title string `json:"title"`
+}
+
+// Codes is feed-codes.json.
+type Codes struct {
+	V     int    `json:"v"`
+	Codes []Code `json:"codes"`
+}
+
+// DecodeCodes parses feed-codes.json.
+func DecodeCodes(data []byte) (*Codes, error) {
+	var c Codes
+	if err := json.Unmarshal(data, &c); err != nil {
+		return nil, fmt.Errorf("feed-codes.json: %w", err)
+	}
+	if c.V != FormatVersion {
+		return nil, fmt.Errorf("feed-codes.json: format version %d, want %d", c.V, FormatVersion)
+	}
+	return &c, nil
+}
+
+// Line is one line of a snapshot or a delta: the key's codes, or (delta
+// only) the key's removal.
+type Line struct {
+	Name   string   // the domain: a Name
+	Path   string   // "" or a path starting with '/'
+	Codes  []uint16 // sorted, distinct, at least one unless Remove
+	Remove bool
+}
+
+// Key is the line's key as the files write it: name[/path].
+func (l *Line) Key() string { return l.Name + l.Path }
+
+// ParseKey splits name[/path] and checks the name; the path is kept as it
+// is (it is matched by prefix, byte for byte).
+func ParseKey(key string) (name, path string, err error) {
+	name, path = key, ""
+	if i := strings.IndexByte(key, '/'); i >= 0 {
+		name, path = key[:i], key[i:]
+	}
+	if err := CheckName(name); err != nil {
+		return "", "", err
+	}
+	for i := 0; i < len(path); i++ {
+		if c := path[i]; c <= ' ' || c == 0x7f {
+			return "", "", fmt.Errorf("path %q contains a space or control character", path)
+		}
+	}
+	return name, path, nil
+}
+
+// CheckName reports whether name is a domain in the feed's form: lower-case
+// LDH labels (and '_', which real names use) of 1 to 63 bytes, A-labels for
+// anything international, at most 253 bytes, no trailing dot.
+func CheckName(name string) error {
+	if name == "" {
+		return errors.New("empty name")
+	}
+	if len(name) > 253 {
+		return fmt.Errorf("name longer than 253 bytes")
+	}
+	label := 0
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case c == '.':
+			if label == 0 {
+				return fmt.Errorf("name %q has an empty label", name)
+			}
+			label = 0
+			continue
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '-', c == '_':
+		default:
+			return fmt.Errorf("name %q: byte %q is not a lower-case letter, digit, '-' or '_'", name, c)
+		}
+		if label++; label > 63 {
+			return fmt.Errorf("name %q has a label longer than 63 bytes", name)
+		}
+	}
+	if label == 0 {
+		return fmt.Errorf("name %q ends with a dot", name)
+	}
+	return nil
+}
+
+// ParseCodes parses "code[,code…]" into sorted distinct codes.
+func ParseCodes(s string) ([]uint16, error) {
+	if s == "" {
+		return nil, errors.New("no code")
+	}
+	var out []uint16
+	for part := range strings.SplitSeq(s, ",") {
+		n, err := strconv.ParseUint(part, 10, 16)
+		if err != nil {
+			return nil, fmt.Errorf("code %q is not a number from 0 to 65535", part)
+		}
+		out = append(out, uint16(n))
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+// ParseLine parses one line; delta allows the removal form.
+func ParseLine(line []byte, delta bool) (Line, error) {
+	tab := bytes.IndexByte(line, '\t')
+	if tab < 0 {
+		return Line{}, errors.New("no tab between key and codes")
+	}
+	name, path, err := ParseKey(string(line[:tab]))
+	if err != nil {
+		return Line{}, err
+	}
+	l := Line{Name: name, Path: path}
+	rest := string(line[tab+1:])
+	if rest == "-" {
+		if !delta {
+			return Line{}, errors.New("a removal in a snapshot")
+		}
+		l.Remove = true
+		return l, nil
+	}
+	if l.Codes, err = ParseCodes(rest); err != nil {
+		return Line{}, err
+	}
+	return l, nil
+}
+
+// ReadLines parses a (decompressed) snapshot or delta, calling fn for each
+// line in order. Empty lines are skipped; any other bad line stops the read
+// with an error naming its number: a feed file is machine-written, so a bad
+// line means a corrupt file, and nothing of it may be applied.
+func ReadLines(r io.Reader, delta bool, fn func(Line) error) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	n := 0
+	for sc.Scan() {
+		n++
+		b := sc.Bytes()
+		if len(b) == 0 {
+			continue
+		}
+		l, err := ParseLine(b, delta)
+		if err != nil {
+			return fmt.Errorf("line %d: %w", n, err)
+		}
+		if err := fn(l); err != nil {
+			return err
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("line %d: %w", n+1, err)
+	}
+	return nil
+}
+
+// AppendLine appends l as a file line, with its newline.
+func AppendLine(dst []byte, l Line) []byte {
+	dst = append(dst, l.Name...)
+	dst = append(dst, l.Path...)
+	dst = append(dst, '\t')
+	if l.Remove {
+		return append(dst, '-', '\n')
+	}
+	for i, c := range l.Codes {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = strconv.AppendUint(dst, uint64(c), 10)
+	}
+	return append(dst, '\n')
+}
