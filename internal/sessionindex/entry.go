@@ -401,6 +401,14 @@ func (v Entry) Location() string {
 	return v.e.loc.Value()
 }
 
+// Identity is the subscriber the session names, as Session().Identity()
+// would give it, without building the session. Its username and device id
+// are views into the index's memory, like those Username and DeviceID
+// return.
+func (v Entry) Identity() identity.Identity {
+	return identity.Identity{Org: v.Org(), Attributes: identity.Attributes{Username: v.Username(), DeviceID: v.DeviceID(), Location: v.Location()}}
+}
+
 // TraceID is the observational trace id, or "".
 func (v Entry) TraceID() string {
 	if v.e == nil {

@@ -139,6 +139,32 @@ func TestZeroEntry(t *testing.T) {
 	}
 }
 
+// TestEntryIdentity checks Identity against the session stored, for every
+// shape of entry (inline, rest, big strings, no location), and that it does
+// not allocate.
+func TestEntryIdentity(t *testing.T) {
+	cases := roundTripCases()
+	ix := Empty().Apply(cases, nil)
+	for _, s := range cases {
+		e, ok := ix.Get(s.ID)
+		if !ok {
+			t.Fatalf("Get(%q) missed", s.ID)
+		}
+		if got, want := e.Identity(), s.Identity(); got != want {
+			t.Errorf("%q: Identity() = %+v, want %+v", s.ID, got, want)
+		}
+		if got, want := e.Identity(), e.Session().Identity(); got != want {
+			t.Errorf("%q: Identity() = %+v, Session().Identity() = %+v", s.ID, got, want)
+		}
+		if n := testing.AllocsPerRun(10, func() { _ = e.Identity() }); n != 0 {
+			t.Errorf("%q: Identity: %v allocations", s.ID, n)
+		}
+	}
+	if got := (Entry{}).Identity(); got != (identity.Identity{}) {
+		t.Errorf("zero Entry: Identity() = %+v", got)
+	}
+}
+
 // TestLookupDoesNotAllocate pins the resolver's hot path: LookupIP and the
 // accessors it reads.
 func TestLookupDoesNotAllocate(t *testing.T) {

@@ -1,10 +1,10 @@
 // Package sessionindex is the in-memory index of subscriber sessions that every
 // filter node queries on the DNS path (DESIGN.md §1). The IP Mapper publishes
-// sessions into the JetStream KV bucket "sessions"; the node's subscriber
-// index (internal/subscriber) watches that bucket and keeps an *Index of it,
-// which the resolver and the simulator read to turn a client IP, a username or
-// a device id into a session. The IP Mapper uses the same type for its own
-// authoritative table.
+// sessions into the JetStream KV bucket "sessions"; the node's sessions read
+// model (internal/readmodel/sessions) follows that bucket and keeps an *Index
+// of it, which the resolver and the simulator read to turn a client IP, a
+// username or a device id into a session. The IP Mapper uses the same type
+// for its own authoritative table.
 //
 // An *Index is an immutable snapshot. Readers share it freely without locks;
 // writers derive a new snapshot with Apply, which copies only the few small
@@ -36,9 +36,9 @@ type Index struct {
 	free     uint32       // first free slot + 1, 0 when none; the list runs through entry.rev
 	byID     htab[uint32] // hash of the id → slot, confirmed by the entry
 	routes   routes
-	byOrg    bset // hash32(key)<<32 | slot
-	byUser   bset
-	byDevice bset
+	byOrg    slotTree // hash32(key)<<32 | slot
+	byUser   slotTree
+	byDevice slotTree
 }
 
 func newIndex() *Index {
@@ -86,17 +86,13 @@ func (ix *Index) ByDeviceID(d string) []Entry {
 	return ix.group(&ix.byDevice, d, func(e *entry) bool { return e.deviceID() == d })
 }
 
-func (ix *Index) group(t *bset, key string, match func(*entry) bool) []Entry {
+func (ix *Index) group(t *slotTree, key string, match func(*entry) bool) []Entry {
 	if key == "" {
 		return nil
 	}
-	h := uint64(ix.strTag(key)) << 32
 	var out []Entry
-	t.ascend(h, func(k uint64) bool {
-		if k&^0xffffffff != h {
-			return false
-		}
-		if e := ix.slots.get(uint32(k)); match(e) {
+	t.run(ix.strTag(key), func(slot uint32) bool {
+		if e := ix.slots.get(slot); match(e) {
 			out = append(out, Entry{e})
 		}
 		return true
@@ -226,7 +222,7 @@ func (m *mutation) reindex(old, e *entry, slot uint32) {
 	if e != nil {
 		n = [3]string{e.orgName(), e.username(), e.deviceID()}
 	}
-	for i, t := range [3]*bset{&m.ix.byOrg, &m.ix.byUser, &m.ix.byDevice} {
+	for i, t := range [3]*slotTree{&m.ix.byOrg, &m.ix.byUser, &m.ix.byDevice} {
 		if o[i] == n[i] {
 			continue
 		}
@@ -293,7 +289,7 @@ func (b *Builder) Index() *Index {
 	for _, ks := range [][]uint64{org, user, dev} {
 		slices.Sort(ks)
 	}
-	ix.byOrg, ix.byUser, ix.byDevice = buildBset(org), buildBset(user), buildBset(dev)
+	ix.byOrg, ix.byUser, ix.byDevice = buildSlotTree(org), buildSlotTree(user), buildSlotTree(dev)
 	// From now on the builder copies what the snapshot shares with it.
 	b.m.ed = new(edit)
 	return &ix

@@ -4,89 +4,76 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
 )
 
-// checkBset verifies the B+tree invariants and returns the keys in order.
-func checkBset(t *testing.T, tr bset) []uint64 {
+// slotTreeKeys returns the keys of s in order, checking that they ascend
+// strictly and that the tree counts them.
+func slotTreeKeys(t *testing.T, s slotTree) []uint64 {
 	t.Helper()
-	if tr.root == nil {
-		if tr.n != 0 {
-			t.Fatalf("empty tree with n=%d", tr.n)
-		}
+	if s.t == nil {
 		return nil
 	}
 	var keys []uint64
-	var walk func(n *bnode, lo uint64, hasLo bool, hi uint64, hasHi bool, depth int) int
-	walk = func(n *bnode, lo uint64, hasLo bool, hi uint64, hasHi bool, depth int) int {
-		if len(n.keys) == 0 {
-			t.Fatalf("empty node at depth %d", depth)
+	s.t.Ascend(func(k uint64) bool {
+		if len(keys) > 0 && k <= keys[len(keys)-1] {
+			t.Fatalf("key %x after %x", k, keys[len(keys)-1])
 		}
-		for i := 1; i < len(n.keys); i++ {
-			if n.keys[i] <= n.keys[i-1] {
-				t.Fatalf("keys out of order at depth %d", depth)
-			}
-		}
-		if n.leaf() {
-			if len(n.keys) > bsetMax {
-				t.Fatalf("leaf with %d keys", len(n.keys))
-			}
-			for _, k := range n.keys {
-				if hasLo && k < lo || hasHi && k >= hi {
-					t.Fatalf("leaf key %x outside [%x,%x)", k, lo, hi)
-				}
-			}
-			keys = append(keys, n.keys...)
-			return depth
-		}
-		if len(n.kids) != len(n.keys) || len(n.kids) > bsetMax {
-			t.Fatalf("inner node with %d kids, %d keys", len(n.kids), len(n.keys))
-		}
-		d := -1
-		for i, k := range n.kids {
-			klo, kHasLo := lo, hasLo
-			if i > 0 || hasLo {
-				klo, kHasLo = n.keys[i], true
-				if i == 0 && lo > klo {
-					klo = lo
-				}
-			}
-			khi, kHasHi := hi, hasHi
-			if i+1 < len(n.kids) {
-				khi, kHasHi = n.keys[i+1], true
-			}
-			kd := walk(k, klo, kHasLo, khi, kHasHi, depth+1)
-			if d >= 0 && kd != d {
-				t.Fatalf("unbalanced: leaves at depths %d and %d", d, kd)
-			}
-			d = kd
-		}
-		return d
-	}
-	walk(tr.root, 0, false, 0, false, 0)
-	if len(keys) != tr.n {
-		t.Fatalf("tree holds %d keys, n=%d", len(keys), tr.n)
+		keys = append(keys, k)
+		return true
+	})
+	if len(keys) != s.t.Len() {
+		t.Fatalf("tree holds %d keys, Len=%d", len(keys), s.t.Len())
 	}
 	return keys
 }
 
-// TestBsetAgainstMap runs random inserts and removes against a map, with
-// range scans, invariants, and persistence checks: earlier versions must
-// not change. Keys come from a small space so that removes hit and runs of
-// one high half (one secondary key) span several leaves.
-func TestBsetAgainstMap(t *testing.T) {
+// runOf returns the slots run yields for tag, stopping after limit.
+func runOf(s slotTree, tag uint32, limit int) []uint32 {
+	var out []uint32
+	s.run(tag, func(slot uint32) bool {
+		out = append(out, slot)
+		return len(out) < limit
+	})
+	return out
+}
+
+// wantRun is what runOf should return for the sorted keys.
+func wantRun(keys []uint64, tag uint32, limit int) []uint32 {
+	var out []uint32
+	for _, k := range keys {
+		if uint32(k>>32) == tag && len(out) < limit {
+			out = append(out, uint32(k))
+		}
+	}
+	return out
+}
+
+// TestSlotTreeAgainstMap runs random inserts and removes against a map,
+// with runs, and persistence checks: earlier versions must not change. A
+// quarter of the rounds start from an earlier version rather than the
+// latest, as concurrent Apply calls on one snapshot do, so versions form a
+// tree. Keys come from a small space so that removes hit and the run of
+// one tag (one secondary key) spans several nodes; tag 0xffffffff is the
+// last run of the key space.
+func TestSlotTreeAgainstMap(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 7))
-	var tr bset
-	ref := map[uint64]bool{}
+	tags := []uint32{0, 1, 2, 0xffffffff}
 	type version struct {
-		tr  bset
+		tr  slotTree
 		ref map[uint64]bool
 	}
-	var versions []version
+	versions := []version{{slotTree{}, map[uint64]bool{}}}
 	for round := 0; round < 300; round++ {
+		base := versions[len(versions)-1]
+		if r.IntN(4) == 0 {
+			base = versions[r.IntN(len(versions))]
+		}
+		tr, ref := base.tr, maps.Clone(base.ref)
 		ed := new(edit)
 		for n := r.IntN(300) + 1; n > 0; n-- {
-			k := uint64(r.IntN(4))<<32 | uint64(r.IntN(3000))
+			k := uint64(tags[r.IntN(len(tags))])<<32 | uint64(r.IntN(3000))
 			if r.IntN(3) == 0 {
 				if got := tr.remove(ed, k); got != ref[k] {
 					t.Fatalf("remove(%x) = %v, want %v", k, got, ref[k])
@@ -99,57 +86,128 @@ func TestBsetAgainstMap(t *testing.T) {
 				ref[k] = true
 			}
 		}
-		keys := checkBset(t, tr)
+		keys := slotTreeKeys(t, tr)
 		want := slices.Sorted(maps.Keys(ref))
 		if !slices.Equal(keys, want) {
 			t.Fatalf("round %d: keys differ from the reference", round)
 		}
-		hi := uint64(r.IntN(4)) << 32
-		var run []uint64
-		tr.ascend(hi, func(k uint64) bool {
-			if k>>32 != hi>>32 {
-				return false
-			}
-			run = append(run, k)
-			return true
-		})
-		var wantRun []uint64
-		for _, k := range want {
-			if k>>32 == hi>>32 {
-				wantRun = append(wantRun, k)
-			}
+		tag, limit := tags[r.IntN(len(tags))], 1<<30
+		if r.IntN(2) == 0 {
+			limit = r.IntN(100) + 1
 		}
-		if !slices.Equal(run, wantRun) {
-			t.Fatalf("round %d: ascend(%x) gave %d keys, want %d", round, hi, len(run), len(wantRun))
+		if got, want := runOf(tr, tag, limit), wantRun(want, tag, limit); !slices.Equal(got, want) {
+			t.Fatalf("round %d: run(%x) gave %d slots, want %d", round, tag, len(got), len(want))
 		}
-		versions = append(versions, version{tr, maps.Clone(ref)})
+		versions = append(versions, version{tr, ref})
 	}
 	for i, v := range versions {
-		if !slices.Equal(checkBset(t, v.tr), slices.Sorted(maps.Keys(v.ref))) {
+		if !slices.Equal(slotTreeKeys(t, v.tr), slices.Sorted(maps.Keys(v.ref))) {
 			t.Fatalf("version %d changed", i)
 		}
 	}
 }
 
-func TestBuildBset(t *testing.T) {
-	for _, n := range []int{0, 1, bsetMax, bsetMax + 1, bsetMax * bsetMax, bsetMax*bsetMax + 1, 100_000} {
+func TestBuildSlotTree(t *testing.T) {
+	const maxKeys = 2*slotTreeDegree - 1
+	for _, n := range []int{0, 1, maxKeys, maxKeys + 1, maxKeys * (maxKeys + 1), maxKeys*(maxKeys+1) + 1, 100_000} {
 		keys := make([]uint64, n)
 		for i := range keys {
 			keys[i] = uint64(i/1000)<<32 | uint64(i)
 		}
-		tr := buildBset(keys)
-		if got := checkBset(t, tr); !slices.Equal(got, keys) && n > 0 {
+		built := buildSlotTree(keys)
+		if got := slotTreeKeys(t, built); !slices.Equal(got, keys) && n > 0 {
 			t.Fatalf("n=%d: keys differ after build", n)
 		}
-		// The built tree accepts changes like any other.
+		for tag := uint32(0); tag <= uint32(n/1000); tag++ {
+			if got, want := runOf(built, tag, 1<<30), wantRun(keys, tag, 1<<30); !slices.Equal(got, want) {
+				t.Fatalf("n=%d: run(%d) gave %d slots, want %d", n, tag, len(got), len(want))
+			}
+		}
+		// The built tree accepts changes like any other, and keeps its keys.
+		tr := built
 		ed := new(edit)
 		for i := 0; i < n; i += 2 {
-			tr.remove(ed, keys[i])
+			if !tr.remove(ed, keys[i]) {
+				t.Fatalf("n=%d: remove(%x) missed", n, keys[i])
+			}
 		}
-		checkBset(t, tr)
-		if tr.len() != n/2 {
-			t.Fatalf("n=%d: %d left after removing evens, want %d", n, tr.len(), n/2)
+		odd := slotTreeKeys(t, tr)
+		if len(odd) != n/2 {
+			t.Fatalf("n=%d: %d left after removing evens, want %d", n, len(odd), n/2)
 		}
+		for i, k := range odd {
+			if k != keys[2*i+1] {
+				t.Fatalf("n=%d: key %d is %x, want %x", n, i, k, keys[2*i+1])
+			}
+		}
+		if got := slotTreeKeys(t, built); !slices.Equal(got, keys) && n > 0 {
+			t.Fatalf("n=%d: the built tree changed", n)
+		}
+	}
+}
+
+// TestSlotTreeConcurrentEdits derives trees from one shared tree in
+// several goroutines at once while others read it, as concurrent Apply
+// calls and readers of one snapshot do; with -race it proves that an edit
+// writes nothing the shared tree holds, its header included.
+func TestSlotTreeConcurrentEdits(t *testing.T) {
+	keys := make([]uint64, 20_000)
+	for i := range keys {
+		keys[i] = uint64(i%7)<<32 | uint64(i)
+	}
+	slices.Sort(keys)
+	shared := buildSlotTree(keys)
+	var wg sync.WaitGroup
+	errs := make(chan string, 8)
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(w), 1))
+			for round := 0; round < 20; round++ {
+				tr, ref := shared, make(map[uint64]bool, len(keys))
+				for _, k := range keys {
+					ref[k] = true
+				}
+				ed := new(edit)
+				for n := 0; n < 500; n++ {
+					k := uint64(r.IntN(7))<<32 | uint64(r.IntN(2*len(keys)))
+					if ref[k] {
+						tr.remove(ed, k)
+						delete(ref, k)
+					} else {
+						tr.insert(ed, k)
+						ref[k] = true
+					}
+				}
+				var got []uint64
+				tr.t.Ascend(func(k uint64) bool { got = append(got, k); return true })
+				if !slices.Equal(got, slices.Sorted(maps.Keys(ref))) {
+					errs <- "an edit's keys differ from its reference"
+					return
+				}
+			}
+		}()
+	}
+	for w := 0; w < 2; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for round := 0; round < 20; round++ {
+				if got := runOf(shared, 3, 1<<30); !slices.Equal(got, wantRun(keys, 3, 1<<30)) {
+					errs <- "the shared tree changed under its readers"
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Fatal(e)
+	}
+	if !slices.Equal(slotTreeKeys(t, shared), keys) {
+		t.Fatal("the shared tree changed")
 	}
 }
 
