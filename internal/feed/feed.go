@@ -30,7 +30,7 @@ const (
 	CodesFile    = "feed-codes.json"
 )
 
-// Format version of feed.json and feed-codes.json.
+// FormatVersion is the "v" of feed.json and feed-codes.json.
 const FormatVersion = 1
 
 // Version types in the manifest.
