@@ -109,6 +109,10 @@ type Follower[V any] struct {
 	lastCreated atomic.Int64 // unix ns: server timestamp of the last applied entry
 	lastSeq     atomic.Uint64
 
+	// size is how many entries the model held after its last change (Run
+	// goroutine only): the reconcile's size hint.
+	size int
+
 	// Invalid values are logged at most logBurst per second (Run goroutine
 	// only): a bucket full of garbage must not flood the log. The metric
 	// counts them all.
@@ -440,6 +444,7 @@ func (f *Follower[V]) load(ctx context.Context, updates <-chan jetstream.KeyValu
 	f.m.fullLoads.Inc()
 	f.m.applied.Add(float64(n))
 	f.m.swaps.Inc()
+	f.size = size
 	f.m.entries.Set(float64(size))
 	f.readyOnce.Do(func() {
 		f.m.ready.Set(1)
@@ -492,6 +497,7 @@ func (f *Follower[V]) applyBurst(burst []jetstream.KeyValueEntry, drained bool) 
 		return
 	}
 	size := f.model.Apply(puts, dels)
+	f.size = size
 	f.noteApplied(tail)
 	upToDate := drained && tail.Delta() == 0
 	if burst[len(burst)-1] == nil {
@@ -541,7 +547,7 @@ func (f *Follower[V]) reconcile(ctx context.Context, kv jetstream.KeyValue) erro
 		return fmt.Errorf("reconcile: list keys: %w", err)
 	}
 	defer func() { _ = lw.Stop() }()
-	live := make(map[string]struct{})
+	live := make(map[string]struct{}, f.size)
 	for done := false; !done; {
 		select {
 		case <-ctx.Done():
@@ -568,7 +574,8 @@ func (f *Follower[V]) reconcile(ctx context.Context, kv jetstream.KeyValue) erro
 		}
 	}
 	if len(gone) > 0 {
-		f.m.entries.Set(float64(f.model.Apply(nil, gone)))
+		f.size = f.model.Apply(nil, gone)
+		f.m.entries.Set(float64(f.size))
 		f.m.swaps.Inc()
 	}
 	f.m.reconcileRemoved.Add(float64(len(gone)))
