@@ -127,3 +127,53 @@ func FuzzDecodeManifest(f *testing.F) {
 		}
 	})
 }
+
+func TestNormalizeName(t *testing.T) {
+	for in, want := range map[string]string{
+		"Example.COM.":                  "example.com",
+		"bücher.example":                "xn--bcher-kva.example",
+		"xn--bcher-kva.example":         "xn--bcher-kva.example",
+		"ＥＸＡＭＰＬＥ.com":                   "example.com",
+		"_dmarc.example.com":            "_dmarc.example.com",
+		"r3---sn-abc.googlevideo.com":   "r3---sn-abc.googlevideo.com",
+		"10.0.0.1":                      "",
+		"::1":                           "",
+		"":                              "",
+		".":                             "",
+		"a..b":                          "",
+		"xn--zz.example":                "",
+		"bad name.example":              "",
+		strings.Repeat("a", 64) + ".io": "",
+	} {
+		got, err := NormalizeName(in)
+		if want == "" {
+			if err == nil {
+				t.Errorf("NormalizeName(%q) = %q, want an error", in, got)
+			}
+			continue
+		}
+		if err != nil || got != want {
+			t.Errorf("NormalizeName(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+}
+
+// FuzzNormalizeName: never a panic; whatever it returns is in the feed's
+// form and normalizes to itself.
+func FuzzNormalizeName(f *testing.F) {
+	for _, s := range []string{"Example.COM.", "bücher.example", "xn--bcher-kva.example", "10.0.0.1", "a..b", "ß.de"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n, err := NormalizeName(s)
+		if err != nil {
+			return
+		}
+		if err := CheckName(n); err != nil {
+			t.Fatalf("%q → %q: %v", s, n, err)
+		}
+		if again, err := NormalizeName(n); err != nil || again != n {
+			t.Fatalf("%q → %q → %q, %v", s, n, again, err)
+		}
+	})
+}
