@@ -1,0 +1,389 @@
+// Package settings is a subscriber's filtering policy as a document
+// (DESIGN.md §6.1): its fields, their validation, the layers it is stored
+// in, and the field-by-field merge of those layers into the effective
+// policy, with the origin of each field and a stable fingerprint.
+//
+// Data flow: orgmanager REST (Parse) → orgstore → deploy → KV "settings" →
+// readmodel/settings (Parse again: the same rule) → Merge, once per
+// (session, settings version) → policy.Decide. It is a leaf: no I/O.
+package settings
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+
+	"github.com/svc-pf/svc-pf/internal/feed"
+)
+
+// Document is one layer's settings. Every field is optional: nil means
+// "not set here", and the layer below decides. A field set in a layer
+// replaces the one below whole (a list is not merged with the lists below).
+type Document struct {
+	Filtering         *bool           `json:"filtering,omitempty"`
+	BlockedCategories *[]uint16       `json:"blocked_categories,omitempty"`
+	Allowlist         *[]string       `json:"allowlist,omitempty"`
+	Blocklist         *[]string       `json:"blocklist,omitempty"`
+	BlockedNetworks   *[]netip.Prefix `json:"blocked_networks,omitempty"`
+	SafeSearch        *bool           `json:"safe_search,omitempty"`
+	Paused            *bool           `json:"paused,omitempty"`
+	Action            *Action         `json:"action,omitempty"`
+	Schedules         *[]Schedule     `json:"schedules,omitempty"`
+	Profile           *int            `json:"profile,omitempty"`
+}
+
+// Action says how a block is answered.
+type Action struct {
+	Type   string       `json:"type"`
+	A      []netip.Addr `json:"a,omitempty"`
+	AAAA   []netip.Addr `json:"aaaa,omitempty"`
+	Target string       `json:"target,omitempty"`
+}
+
+// Action types.
+const (
+	ActionNXDomain = "nxdomain"
+	ActionNoData   = "nodata"
+	ActionRefused  = "refused"
+	ActionDrop     = "drop"
+	ActionRedirect = "redirect"
+	ActionCNAME    = "cname"
+)
+
+// MaxProfile bounds profile numbers; an organisation numbers its profiles
+// from 0.
+const MaxProfile = 1 << 20
+
+// Limits that keep one document small enough for a KV value and a node's
+// memory (docs/policy.md).
+const (
+	MaxListItems = 10_000
+	MaxSchedules = 64
+)
+
+// FieldError is a refused document: Field names the field as a client
+// wrote it (with an index for list items), Msg says what is wrong.
+type FieldError struct {
+	Field string
+	Msg   string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
+
+func fieldErr(field, format string, a ...any) error {
+	return &FieldError{Field: field, Msg: fmt.Sprintf(format, a...)}
+}
+
+// fieldNames is every field of a document, in the order of DESIGN.md §6.1.
+var fieldNames = [...]string{"filtering", "blocked_categories", "allowlist", "blocklist", "blocked_networks",
+	"safe_search", "paused", "action", "schedules", "profile"}
+
+// Fields lists the document's field names in their documented order.
+func Fields() []string { return fieldNames[:] }
+
+// Parse decodes and validates a settings document: a JSON object whose
+// fields are those of Document. An unknown field, a wrong type or an
+// invalid value is a *FieldError naming the field. Domains are returned in
+// the feed's form (feed.NormalizeName), lists sorted and without duplicates,
+// so equal policies have equal documents.
+func Parse(data []byte) (*Document, error) {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil || raw == nil {
+		return nil, &FieldError{Field: "settings", Msg: "must be a JSON object"}
+	}
+	for name := range raw {
+		if !slices.Contains(fieldNames[:], name) {
+			if name == "" {
+				name = `""`
+			}
+			return nil, fieldErr(name, "unknown field")
+		}
+	}
+	var d Document
+	for _, name := range fieldNames {
+		v, ok := raw[name]
+		if !ok || bytes.Equal(bytes.TrimSpace(v), []byte("null")) {
+			continue // null is "not set", as absent
+		}
+		if err := d.parseField(name, v); err != nil {
+			return nil, err
+		}
+	}
+	return &d, nil
+}
+
+func (d *Document) parseField(name string, v json.RawMessage) error {
+	var err error
+	switch name {
+	case "filtering":
+		d.Filtering, err = parseBool(name, v)
+	case "safe_search":
+		d.SafeSearch, err = parseBool(name, v)
+	case "paused":
+		d.Paused, err = parseBool(name, v)
+	case "blocked_categories":
+		var codes []uint16
+		if codes, err = parseCodes(name, v); err == nil {
+			d.BlockedCategories = &codes
+		}
+	case "allowlist", "blocklist":
+		var names []string
+		if names, err = parseDomains(name, v); err == nil {
+			if name == "allowlist" {
+				d.Allowlist = &names
+			} else {
+				d.Blocklist = &names
+			}
+		}
+	case "blocked_networks":
+		var nets []netip.Prefix
+		if nets, err = parseNetworks(name, v); err == nil {
+			d.BlockedNetworks = &nets
+		}
+	case "action":
+		var a Action
+		if a, err = parseAction(v); err == nil {
+			d.Action = &a
+		}
+	case "schedules":
+		var ss []Schedule
+		if ss, err = parseSchedules(v); err == nil {
+			d.Schedules = &ss
+		}
+	case "profile":
+		var n int
+		if n, err = parseProfile(name, v); err == nil {
+			d.Profile = &n
+		}
+	}
+	return err
+}
+
+func parseBool(field string, v json.RawMessage) (*bool, error) {
+	var b bool
+	if err := json.Unmarshal(v, &b); err != nil {
+		return nil, fieldErr(field, "must be true or false")
+	}
+	return &b, nil
+}
+
+// list decodes a JSON array of raw items, bounded.
+func list(field string, v json.RawMessage) ([]json.RawMessage, error) {
+	var items []json.RawMessage
+	if err := json.Unmarshal(v, &items); err != nil {
+		return nil, fieldErr(field, "must be a JSON array")
+	}
+	if len(items) > MaxListItems {
+		return nil, fieldErr(field, "more than %d items", MaxListItems)
+	}
+	return items, nil
+}
+
+func parseCodes(field string, v json.RawMessage) ([]uint16, error) {
+	items, err := list(field, v)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]uint16, 0, len(items))
+	for i, it := range items {
+		n, err := strconv.ParseUint(string(bytes.TrimSpace(it)), 10, 16)
+		if err != nil {
+			return nil, fieldErr(fmt.Sprintf("%s[%d]", field, i), "must be a category code from 0 to 65535")
+		}
+		out = append(out, uint16(n))
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+func parseString(field string, v json.RawMessage) (string, error) {
+	var s string
+	if err := json.Unmarshal(v, &s); err != nil {
+		return "", fieldErr(field, "must be a string")
+	}
+	return s, nil
+}
+
+func parseDomains(field string, v json.RawMessage) ([]string, error) {
+	items, err := list(field, v)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(items))
+	for i, it := range items {
+		f := fmt.Sprintf("%s[%d]", field, i)
+		s, err := parseString(f, it)
+		if err != nil {
+			return nil, err
+		}
+		n, err := feed.NormalizeName(s)
+		if err != nil {
+			return nil, fieldErr(f, "not a domain name: %v", err)
+		}
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+func parseNetworks(field string, v json.RawMessage) ([]netip.Prefix, error) {
+	items, err := list(field, v)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]netip.Prefix, 0, len(items))
+	for i, it := range items {
+		f := fmt.Sprintf("%s[%d]", field, i)
+		s, err := parseString(f, it)
+		if err != nil {
+			return nil, err
+		}
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			// A bare address is the network of that one address.
+			a, aerr := netip.ParseAddr(s)
+			if aerr != nil || a.Zone() != "" {
+				return nil, fieldErr(f, "%q is not a CIDR or an IP address", s)
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		if p.Addr().Zone() != "" {
+			return nil, fieldErr(f, "%q has a zone", s)
+		}
+		if p.Addr().Is4In6() {
+			// Answers carry IPv4 addresses in A records: the IPv4 form is
+			// what matches.
+			p = netip.PrefixFrom(p.Addr().Unmap(), max(p.Bits()-96, 0))
+		}
+		out = append(out, p.Masked())
+	}
+	slices.SortFunc(out, comparePrefix)
+	return slices.Compact(out), nil
+}
+
+func comparePrefix(a, b netip.Prefix) int {
+	if c := a.Addr().Compare(b.Addr()); c != 0 {
+		return c
+	}
+	return a.Bits() - b.Bits()
+}
+
+func parseProfile(field string, v json.RawMessage) (int, error) {
+	n, err := strconv.Atoi(string(bytes.TrimSpace(v)))
+	if err != nil || n < 0 || n > MaxProfile {
+		return 0, fieldErr(field, "must be a whole number from 0 to %d", MaxProfile)
+	}
+	return n, nil
+}
+
+// ParseProfile checks a profile number given outside a document (a query
+// parameter).
+func ParseProfile(s string) (int, error) {
+	return parseProfile("profile", json.RawMessage(s))
+}
+
+func parseAction(v json.RawMessage) (Action, error) {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(v, &raw); err != nil || raw == nil {
+		return Action{}, fieldErr("action", "must be a JSON object")
+	}
+	for k := range raw {
+		switch k {
+		case "type", "a", "aaaa", "target":
+		default:
+			return Action{}, fieldErr(fmt.Sprintf("action.%q", k), "unknown field")
+		}
+	}
+	var a Action
+	t, ok := raw["type"]
+	if !ok {
+		return Action{}, fieldErr("action.type", "is required")
+	}
+	var err error
+	if a.Type, err = parseString("action.type", t); err != nil {
+		return Action{}, err
+	}
+	switch a.Type {
+	case ActionNXDomain, ActionNoData, ActionRefused, ActionDrop:
+		for _, k := range []string{"a", "aaaa", "target"} {
+			if _, ok := raw[k]; ok {
+				return Action{}, fieldErr("action."+k, "does not go with type %q", a.Type)
+			}
+		}
+	case ActionRedirect:
+		if _, ok := raw["target"]; ok {
+			return Action{}, fieldErr("action.target", "does not go with type %q", a.Type)
+		}
+		if a.A, err = parseAddrs("action.a", raw["a"], true); err != nil {
+			return Action{}, err
+		}
+		if a.AAAA, err = parseAddrs("action.aaaa", raw["aaaa"], false); err != nil {
+			return Action{}, err
+		}
+		if len(a.A)+len(a.AAAA) == 0 {
+			return Action{}, fieldErr("action", "a redirect needs an address in a or aaaa")
+		}
+	case ActionCNAME:
+		if _, ok := raw["a"]; ok {
+			return Action{}, fieldErr("action.a", "does not go with type %q", a.Type)
+		}
+		if _, ok := raw["aaaa"]; ok {
+			return Action{}, fieldErr("action.aaaa", "does not go with type %q", a.Type)
+		}
+		tv, ok := raw["target"]
+		if !ok {
+			return Action{}, fieldErr("action.target", "is required for type %q", a.Type)
+		}
+		s, err := parseString("action.target", tv)
+		if err != nil {
+			return Action{}, err
+		}
+		if a.Target, err = feed.NormalizeName(s); err != nil {
+			return Action{}, fieldErr("action.target", "not a domain name: %v", err)
+		}
+	default:
+		return Action{}, fieldErr("action.type", "%q is not one of nxdomain, nodata, refused, drop, redirect, cname", a.Type)
+	}
+	return a, nil
+}
+
+func parseAddrs(field string, v json.RawMessage, v4 bool) ([]netip.Addr, error) {
+	if v == nil {
+		return nil, nil
+	}
+	items, err := list(field, v)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]netip.Addr, 0, len(items))
+	for i, it := range items {
+		f := fmt.Sprintf("%s[%d]", field, i)
+		s, err := parseString(f, it)
+		if err != nil {
+			return nil, err
+		}
+		a, err := netip.ParseAddr(s)
+		switch {
+		case err != nil || a.Zone() != "":
+			return nil, fieldErr(f, "%q is not an IP address", s)
+		case v4 && !a.Unmap().Is4():
+			return nil, fieldErr(f, "%q is not an IPv4 address", s)
+		case !v4 && (a.Is4() || a.Is4In6()):
+			return nil, fieldErr(f, "%q is not an IPv6 address", s)
+		}
+		if v4 {
+			a = a.Unmap()
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+// String renders the document as its canonical JSON.
+func (d *Document) String() string {
+	b, _ := json.Marshal(d)
+	return string(b)
+}
