@@ -32,12 +32,14 @@ const usage = `svc-pf — subscriber-aware DNS content filtering
 
 Usage:
   svc-pf <command> [--config FILE] [--debug]
+  svc-pf feed build|serve|lookup …
   svc-pf --version
 
 Commands:
   orgmanager   REST API for organisations, prefixes and overrides (default config /etc/svc-pf/orgmanager.yaml)
   ipmapper     the IP Mapper: session table as a NATS micro service (default config /etc/svc-pf/ipmapper.yaml)
   all          every service in one process with an embedded NATS server (default config /etc/svc-pf/all.yaml)
+  feed         build a category feed from filter lists, serve feed directories over HTTP, look a name up
   version      print the version
 `
 
@@ -64,6 +66,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "help", "--help", "-help", "-h":
 		fmt.Fprint(stdout, usage)
 		return 0
+	case "feed":
+		return runFeed(ctx, rest, stdout, stderr)
 	case "orgmanager", "ipmapper", "all":
 	default:
 		fmt.Fprintf(stderr, "svc-pf: unknown command %q\n\n%s", cmd, usage)
