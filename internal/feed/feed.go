@@ -40,11 +40,19 @@ const (
 )
 
 // Manifest is feed.json: the latest snapshot and the deltas after it,
-// oldest first.
+// oldest first (DESIGN.md §6.2), plus CatchUp.
+//
+// CatchUp lists, when the latest snapshot S was written over an earlier
+// version, the deltas S-1 and S (oldest first; S-1 only when it exists):
+// `feed build` writes delta S beside snapshot S, so a client at S-1 or S-2
+// applies one or two small deltas instead of downloading the snapshot
+// (Plan). A reader that ignores the field downloads the snapshot: both are
+// correct.
 type Manifest struct {
 	V        int       `json:"v"`
 	Name     string    `json:"name"`
 	Versions []Version `json:"versions"`
+	CatchUp  []Version `json:"catch_up,omitempty"`
 }
 
 // Version is one file of the feed.
@@ -72,7 +80,8 @@ func (m *Manifest) Latest() int64 {
 
 // Validate checks what a reader relies on: the format version, a snapshot
 // first, versions increasing by one, file names that stay inside the
-// directory, and SHA-256 sums in hex.
+// directory, SHA-256 sums in hex, and CatchUp a run of deltas ending at the
+// snapshot's version.
 func (m *Manifest) Validate() error {
 	if m.V != FormatVersion {
 		return fmt.Errorf("feed.json: format version %d, want %d", m.V, FormatVersion)
@@ -90,15 +99,76 @@ func (m *Manifest) Validate() error {
 			return fmt.Errorf("feed.json: version %d is not positive", v.Version)
 		case i > 0 && v.Version != m.Versions[i-1].Version+1:
 			return fmt.Errorf("feed.json: version %d follows %d", v.Version, m.Versions[i-1].Version)
-		case v.File == "" || strings.ContainsAny(v.File, `/\`) || v.File == "." || v.File == "..":
-			return fmt.Errorf("feed.json: version %d names file %q, which is not a plain file name", v.Version, v.File)
-		case !validSHA256(v.SHA256):
-			return fmt.Errorf("feed.json: version %d: sha256 %q is not 64 hex digits", v.Version, v.SHA256)
-		case v.Entries < 0:
-			return fmt.Errorf("feed.json: version %d: negative entries", v.Version)
+		}
+		if err := v.checkFile(""); err != nil {
+			return err
+		}
+	}
+	snap := m.Versions[0].Version
+	for i, v := range m.CatchUp {
+		want := snap - int64(len(m.CatchUp)-1-i)
+		switch {
+		case v.Type != TypeDelta:
+			return fmt.Errorf("feed.json: catch_up version %d is a %s, want a delta", v.Version, v.Type)
+		case v.Version != want || want < 1:
+			return fmt.Errorf("feed.json: catch_up names version %d where %d belongs (the deltas up to snapshot %d)", v.Version, want, snap)
+		}
+		if err := v.checkFile("catch_up "); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+func (v *Version) checkFile(what string) error {
+	switch {
+	case v.File == "" || strings.ContainsAny(v.File, `/\`) || v.File == "." || v.File == "..":
+		return fmt.Errorf("feed.json: %sversion %d names file %q, which is not a plain file name", what, v.Version, v.File)
+	case !validSHA256(v.SHA256):
+		return fmt.Errorf("feed.json: %sversion %d: sha256 %q is not 64 hex digits", what, v.Version, v.SHA256)
+	case v.Entries < 0:
+		return fmt.Errorf("feed.json: %sversion %d: negative entries", what, v.Version)
+	}
+	return nil
+}
+
+// Files is every file the manifest names.
+func (m *Manifest) Files() []string {
+	out := make([]string, 0, len(m.Versions)+len(m.CatchUp))
+	for _, v := range m.Versions {
+		out = append(out, v.File)
+	}
+	for _, v := range m.CatchUp {
+		out = append(out, v.File)
+	}
+	return out
+}
+
+// Plan is what a client at version have downloads to reach the latest
+// version, in order: the deltas after have when the manifest has them all
+// (in Versions, or in CatchUp for a client one or two versions before the
+// snapshot), else the snapshot and every delta after it. A client at the
+// latest version downloads nothing; one ahead of it (a feed rebuilt from
+// scratch) starts over from the snapshot. m must be valid.
+func (m *Manifest) Plan(have int64) []Version {
+	latest, snap := m.Latest(), m.Versions[0].Version
+	switch {
+	case have == latest:
+		return nil
+	case have >= snap && have < latest:
+		return m.Versions[have-snap+1:]
+	case have > 0 && have < snap:
+		var run []Version
+		for _, v := range m.CatchUp {
+			if v.Version > have {
+				run = append(run, v)
+			}
+		}
+		if len(run) > 0 && run[0].Version == have+1 {
+			return append(run, m.Versions[1:]...)
+		}
+	}
+	return m.Versions
 }
 
 func validSHA256(s string) bool {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -176,4 +177,31 @@ func FuzzNormalizeName(f *testing.F) {
 			t.Fatalf("%q → %q → %q, %v", s, n, again, err)
 		}
 	})
+}
+
+func TestManifestCatchUp(t *testing.T) {
+	sum := strings.Repeat("a", 64)
+	v := func(n int64, typ string) Version {
+		return Version{Version: n, Type: typ, File: FileName(typ, n), SHA256: sum}
+	}
+	good := Manifest{V: 1, Name: "t", Versions: []Version{v(5, "snapshot"), v(6, "delta")},
+		CatchUp: []Version{v(4, "delta"), v(5, "delta")}}
+	if err := good.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for name, mut := range map[string]func(m *Manifest){
+		"catch-up not ending at the snapshot": func(m *Manifest) { m.CatchUp = []Version{v(3, "delta"), v(4, "delta")} },
+		"catch-up snapshot":                   func(m *Manifest) { m.CatchUp = []Version{v(5, "snapshot")} },
+		"catch-up path":                       func(m *Manifest) { m.CatchUp[1].File = "../x" },
+		"catch-up sum":                        func(m *Manifest) { m.CatchUp[1].SHA256 = "x" },
+		"no snapshot first":                   func(m *Manifest) { m.Versions[0].Type = "delta" },
+	} {
+		m := good
+		m.CatchUp = slices.Clone(good.CatchUp)
+		m.Versions = slices.Clone(good.Versions)
+		mut(&m)
+		if m.Validate() == nil {
+			t.Errorf("%s: valid", name)
+		}
+	}
 }

@@ -58,7 +58,7 @@ type BuildResult struct {
 	Written                 feed.Version
 	Added, Changed, Removed int   // keys, against the previous version
 	DeltaSize, SnapshotSize int64 // gzip bytes of the delta and of a snapshot of the new content
-	Manifest                *Manifest
+	Manifest                *feed.Manifest
 	CodesWritten            bool     // feed-codes.json changed
 	Pruned                  []string // files removed
 	PruneSkipped            string   // why nothing was pruned, if so
@@ -159,7 +159,7 @@ func Build(ctx context.Context, cfg BuildConfig) (*BuildResult, error) {
 	snapshot := feed.Version{Version: n, Type: feed.TypeSnapshot, File: feed.FileName(feed.TypeSnapshot, n),
 		SHA256: sha256Hex(snapData), Entries: len(content), CreatedAt: created}
 
-	next := &Manifest{Manifest: feed.Manifest{V: feed.FormatVersion, Name: cfg.Name}}
+	next := &feed.Manifest{V: feed.FormatVersion, Name: cfg.Name}
 	if prev == nil || cfg.Snapshot || !deltaPays(cfg.Dir, prev.Manifest, res.DeltaSize, res.SnapshotSize) {
 		res.Written = snapshot
 		next.Versions = []feed.Version{snapshot}
@@ -205,7 +205,7 @@ func Build(ctx context.Context, cfg BuildConfig) (*BuildResult, error) {
 	}
 	res.Manifest = next
 
-	var prevManifest *Manifest
+	var prevManifest *feed.Manifest
 	if prev != nil {
 		prevManifest = prev.Manifest
 	}
@@ -232,7 +232,7 @@ func (cfg *BuildConfig) validate() error {
 // version: smaller than a snapshot, and small enough that the deltas a new
 // client downloads after the snapshot, this one included, stay smaller than
 // a snapshot too — else a new snapshot costs every new client less.
-func deltaPays(dir string, m *Manifest, deltaSize, snapshotSize int64) bool {
+func deltaPays(dir string, m *feed.Manifest, deltaSize, snapshotSize int64) bool {
 	if deltaSize >= snapshotSize {
 		return false
 	}
@@ -249,7 +249,7 @@ func deltaPays(dir string, m *Manifest, deltaSize, snapshotSize int64) bool {
 
 // deltaOf finds delta v in the manifest: among its deltas, or the one
 // written beside its snapshot.
-func deltaOf(m *Manifest, v int64) (feed.Version, bool) {
+func deltaOf(m *feed.Manifest, v int64) (feed.Version, bool) {
 	for _, list := range [][]feed.Version{m.Versions, m.CatchUp} {
 		for _, x := range list {
 			if x.Version == v && x.Type == feed.TypeDelta {
@@ -360,14 +360,14 @@ type buildState struct {
 
 // prune removes the version files no manifest of the last three names, and
 // temporary files a crashed build left (the lock says no build runs).
-func prune(dir string, next, prev *Manifest) (removed []string, skipped string, err error) {
+func prune(dir string, next, prev *feed.Manifest) (removed []string, skipped string, err error) {
 	keep := map[string]bool{}
-	for _, f := range next.files() {
+	for _, f := range next.Files() {
 		keep[f] = true
 	}
 	var prevFiles []string
 	if prev != nil {
-		prevFiles = prev.files()
+		prevFiles = prev.Files()
 	}
 	for _, f := range prevFiles {
 		keep[f] = true

@@ -26,7 +26,7 @@ type LoadConfig struct {
 // Feed is a feed read in full: its manifest, its titles (nil when the feed
 // has no feed-codes.json) and the content of its latest version.
 type Feed struct {
-	Manifest *Manifest
+	Manifest *feed.Manifest
 	Codes    *feed.Codes
 	Content  Content
 }
@@ -55,7 +55,7 @@ func Load(ctx context.Context, cfg LoadConfig) (*Feed, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := DecodeManifest(data)
+	m, err := feed.DecodeManifest(data)
 	if err != nil {
 		return nil, err
 	}
