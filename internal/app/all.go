@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/svc-pf/svc-pf/internal/natsbus"
+	"github.com/svc-pf/svc-pf/internal/readmodel/feeds"
 )
 
 // EmbeddedNATSConfig is the `nats` section of `svc-pf all`.
@@ -33,6 +34,9 @@ type AllConfig struct {
 	NATS       EmbeddedNATSConfig `yaml:"nats"`
 	OrgManager OrgManagerConfig   `yaml:"orgmanager"`
 	IPMapper   IPMapperConfig     `yaml:"ipmapper"`
+	Node       NodeConfig         `yaml:"node"`
+	// Feeds are the node's category feeds (DESIGN.md §6.2).
+	Feeds []feeds.FeedConfig `yaml:"feeds"`
 }
 
 // DefaultAllConfig is what runs when the file sets nothing.
@@ -43,6 +47,7 @@ func DefaultAllConfig() AllConfig {
 		NATS:       EmbeddedNATSConfig{Listen: "127.0.0.1:4223"},
 		OrgManager: DefaultOrgManagerConfig(),
 		IPMapper:   DefaultIPMapperConfig(),
+		Node:       DefaultNodeConfig(),
 	}
 }
 
@@ -53,7 +58,7 @@ func (c *AllConfig) Validate() error {
 		errs = append(errs, errors.New("data_dir is required"))
 	}
 	errs = append(errs, c.Log.validate(), prefixed("orgmanager", c.OrgManager.Validate()),
-		prefixed("ipmapper", c.IPMapper.Validate(false)))
+		prefixed("ipmapper", c.IPMapper.Validate(false)), prefixed("node", c.Node.HTTP.Validate()))
 	return errors.Join(errs...)
 }
 
@@ -72,6 +77,7 @@ type All struct {
 	NATS       *natsbus.Embedded
 	OrgManager *OrgManager
 	IPMapper   *IPMapper
+	Node       *Node
 	conns      []*nats.Conn
 }
 
@@ -134,6 +140,9 @@ func StartAll(ctx context.Context, cfg AllConfig, v Version, log *slog.Logger) (
 	if a.OrgManager, err = StartOrgManager(ctx, cfg.OrgManager, ncOrg, v, log); err != nil {
 		return fail(err)
 	}
+	if a.Node, err = StartNode(cfg.Node, cfg.Feeds, v, log); err != nil {
+		return fail(err)
+	}
 	return a, nil
 }
 
@@ -142,14 +151,19 @@ func (a *All) Run(ctx context.Context) error {
 	defer a.close()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errc := make(chan error, 2)
-	go func() { errc <- a.IPMapper.Run(ctx) }()
-	go func() { errc <- a.OrgManager.Run(ctx) }()
+	services := []func(context.Context) error{a.IPMapper.Run, a.OrgManager.Run, a.Node.Run}
+	errc := make(chan error, len(services))
+	for _, run := range services {
+		go func() { errc <- run(ctx) }()
+	}
 	// One service failing stops the others: half a platform is worse than
 	// a restart.
-	err := <-errc
+	errs := []error{<-errc}
 	cancel()
-	return errors.Join(err, <-errc)
+	for range services[1:] {
+		errs = append(errs, <-errc)
+	}
+	return errors.Join(errs...)
 }
 
 func (a *All) close() {

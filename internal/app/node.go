@@ -1,0 +1,99 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+
+	"github.com/svc-pf/svc-pf/internal/httpapi"
+	"github.com/svc-pf/svc-pf/internal/readmodel/feeds"
+)
+
+// NodeConfig is the `node` section of `svc-pf all`: the filter node's
+// listener. Its status page, /health (ready once every feed has loaded)
+// and /metrics (svcpf_feed_*) live there; the resolver's API joins it when
+// the resolver is built. The node's read models are configured at the top
+// level (`feeds:`, DESIGN.md §6.2), where the simulator and the resolver
+// share them.
+type NodeConfig struct {
+	HTTP httpapi.Config `yaml:"http"`
+}
+
+// DefaultNodeConfig is what runs when the file sets nothing: no feeds.
+func DefaultNodeConfig() NodeConfig {
+	return NodeConfig{HTTP: httpapi.Config{Address: "127.0.0.1:8082"}}
+}
+
+// Node is the read side of one machine: the node's read models, shared by
+// its simulator and resolver, and its listener.
+type Node struct {
+	Feeds  *feeds.Client
+	server *httpapi.Server
+	log    *slog.Logger
+}
+
+// StartNode builds the node's read models and binds its listener; Run
+// follows the feeds and serves.
+func StartNode(cfg NodeConfig, feedCfgs []feeds.FeedConfig, v Version, log *slog.Logger) (*Node, error) {
+	if err := cfg.HTTP.Validate(); err != nil {
+		return nil, prefixed("node", err)
+	}
+	log = log.With("service", "node")
+	reg := newRegistry()
+	fc, err := feeds.New(feeds.Config{Feeds: feedCfgs, Logger: log, Registerer: reg})
+	if err != nil {
+		return nil, err
+	}
+	router, err := httpapi.NewRouter(httpapi.RouterConfig{Logger: log, Registerer: reg})
+	if err != nil {
+		return nil, err
+	}
+	httpapi.MountStandard(router, httpapi.StandardConfig{
+		Service: "node", Version: string(v), Gatherer: reg,
+		Ready: func() error {
+			if fc.Ready() {
+				return nil
+			}
+			return errors.New(notLoaded(fc.Status()))
+		},
+		Info: func() any { return map[string]any{"feeds": fc.Status()} },
+	})
+	n := &Node{Feeds: fc, log: log}
+	if n.server, err = httpapi.Listen(cfg.HTTP, router, log); err != nil {
+		return nil, err
+	}
+	log.Info("node listening", "address", n.server.Addr().String(), "feeds", len(feedCfgs))
+	return n, nil
+}
+
+// notLoaded says which feeds have never loaded, and why, for /health.
+func notLoaded(status []feeds.FeedStatus) string {
+	var parts []string
+	for _, s := range status {
+		if s.Version == 0 {
+			p := "feed " + s.Name + " not loaded yet"
+			if s.LastError != "" {
+				p += ": " + s.LastError
+			}
+			parts = append(parts, p)
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// Addr is the node listener's address.
+func (n *Node) Addr() net.Addr { return n.server.Addr() }
+
+// Run follows the feeds and serves until ctx ends.
+func (n *Node) Run(ctx context.Context) error {
+	done := make(chan error, 1)
+	go func() { done <- n.Feeds.Run(ctx) }()
+	err := n.server.Serve(ctx)
+	if ferr := <-done; ferr != nil {
+		err = errors.Join(err, fmt.Errorf("feeds: %w", ferr))
+	}
+	return err
+}
