@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,7 +26,41 @@ type harness struct {
 	srv      *httptest.Server
 	store    *orgstore.Store
 	deployer *deploy.Deployer
+	notes    *notifyRecorder
 	router   *httpapi.Router
+}
+
+// notifyRecorder is the real deployer, counting the notifications the API
+// sends it.
+type notifyRecorder struct {
+	*deploy.Deployer
+	mu     sync.Mutex
+	orgs   map[string]int
+	global int
+}
+
+func (n *notifyRecorder) Notify(org string) {
+	n.mu.Lock()
+	n.orgs[org]++
+	n.mu.Unlock()
+	n.Deployer.Notify(org)
+}
+
+// NotifyGlobal counts, and forwards once the deployer has one of its own.
+func (n *notifyRecorder) NotifyGlobal() {
+	n.mu.Lock()
+	n.global++
+	n.mu.Unlock()
+	if g, ok := any(n.Deployer).(GlobalNotifier); ok {
+		g.NotifyGlobal()
+	}
+}
+
+// counts returns the notifications of org and the global ones so far.
+func (n *notifyRecorder) counts(org string) (int, int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.orgs[org], n.global
 }
 
 // eachDB runs fn against SQLite and PostgreSQL.
@@ -43,7 +78,8 @@ func newHarness(t testing.TB, store *orgstore.Store, pub deploy.Publisher) *harn
 	if err != nil {
 		t.Fatal(err)
 	}
-	api, err := New(Config{Store: store, Deployer: d})
+	notes := &notifyRecorder{Deployer: d, orgs: map[string]int{}}
+	api, err := New(Config{Store: store, Deployer: notes})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +100,7 @@ func newHarness(t testing.TB, store *orgstore.Store, pub deploy.Publisher) *harn
 		cancel()
 		<-done
 	})
-	return &harness{t: t, srv: srv, store: store, deployer: d, router: r}
+	return &harness{t: t, srv: srv, store: store, deployer: d, notes: notes, router: r}
 }
 
 type response struct {

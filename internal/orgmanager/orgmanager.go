@@ -1,5 +1,6 @@
 // Package orgmanager is the REST API of spec 1: organisations, their IP
-// prefixes, per-CIDR overrides and effective ranges. It validates requests,
+// prefixes, per-CIDR overrides and effective ranges; and beside them the
+// subscriber settings layers of DESIGN.md §6.1. It validates requests,
 // writes through the store (the source of truth), tells the deployer which
 // organisation changed, and reads effective ranges back from the deploy
 // cache, or from the store with force_latest=1.
@@ -21,6 +22,7 @@ import (
 	"github.com/svc-pf/svc-pf/internal/identity"
 	"github.com/svc-pf/svc-pf/internal/orgstore"
 	"github.com/svc-pf/svc-pf/internal/ranges"
+	"github.com/svc-pf/svc-pf/internal/settings"
 )
 
 // Store is what the API needs from the source of truth.
@@ -35,9 +37,19 @@ type Store interface {
 	ApplyBatch(ctx context.Context, org string, ops []orgstore.BatchOp) (int64, error)
 	ReadOverrides(ctx context.Context, org string, d orgstore.Detail) (orgstore.View, error)
 	ReadOverride(ctx context.Context, org string, cidr netip.Prefix) (orgstore.View, error)
+
+	GetSettings(ctx context.Context, org string, sc orgstore.Scope) (json.RawMessage, int64, error)
+	PutSettings(ctx context.Context, org string, sc orgstore.Scope, doc *settings.Document) (int64, error)
+	DeleteSettings(ctx context.Context, org string, sc orgstore.Scope) (int64, error)
+	ReadSettingsLayers(ctx context.Context, org string, q orgstore.LayerQuery) (orgstore.SettingsLayers, error)
+	GlobalSettings(ctx context.Context) (orgstore.GlobalSettings, error)
+	PutGlobalSettings(ctx context.Context, doc *settings.Document) (int64, error)
+	DeleteGlobalSettings(ctx context.Context) (int64, error)
 }
 
-// Deployer is what the API needs from the deploy pipeline.
+// Deployer is what the API needs from the deploy pipeline. A Deployer that
+// also implements GlobalNotifier is told of writes of the global settings
+// layer.
 type Deployer interface {
 	Notify(org string)
 	Redeploy(org string)
@@ -58,11 +70,13 @@ type Config struct {
 	Logger   *slog.Logger
 }
 
-// API serves spec 1.
+// API serves spec 1 and the settings endpoints of DESIGN.md §6.1.
 type API struct {
 	store  Store
 	deploy Deployer
-	log    *slog.Logger
+	// notifyGlobal tells the deployer of a global settings write.
+	notifyGlobal func()
+	log          *slog.Logger
 }
 
 // New returns the API; Register mounts it.
@@ -74,10 +88,17 @@ func New(cfg Config) (*API, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &API{store: cfg.Store, deploy: cfg.Deployer, log: log}, nil
+	a := &API{store: cfg.Store, deploy: cfg.Deployer, log: log}
+	if g, ok := cfg.Deployer.(GlobalNotifier); ok {
+		a.notifyGlobal = g.NotifyGlobal
+	} else {
+		log.Warn(noGlobalNotifier)
+		a.notifyGlobal = func() {}
+	}
+	return a, nil
 }
 
-// Register mounts every endpoint of spec 1 on r.
+// Register mounts every endpoint of spec 1, and the settings endpoints, on r.
 func (a *API) Register(r *httpapi.Router) {
 	r.Handle(http.MethodPut, "/org/{org}", a.org(a.putOrg))
 	r.Handle(http.MethodPatch, "/org/{org}", a.org(a.putOrg))
@@ -91,6 +112,7 @@ func (a *API) Register(r *httpapi.Router) {
 	r.Handle(http.MethodDelete, "/org/{org}/overrides", a.org(a.deleteOverride))
 	r.Handle(http.MethodPost, "/org/{org}/overrides/batch", a.org(a.postBatch))
 	r.Handle(http.MethodGet, "/org/{org}/effective-ranges", a.org(a.effectiveRanges))
+	a.registerSettings(r)
 }
 
 type orgHandler func(w http.ResponseWriter, r *http.Request, org string)
@@ -115,6 +137,8 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 		httpapi.WriteError(w, http.StatusNotFound, "organisation not found")
 	case errors.Is(err, orgstore.ErrOverrideNotFound):
 		httpapi.WriteError(w, http.StatusNotFound, "override not found")
+	case errors.Is(err, orgstore.ErrSettingsNotFound):
+		httpapi.WriteError(w, http.StatusNotFound, "settings not found")
 	case errors.As(err, &overlap):
 		httpapi.WriteError(w, http.StatusUnprocessableEntity, err.Error())
 	case errors.Is(err, orgstore.ErrInvalidInput):

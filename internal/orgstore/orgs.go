@@ -60,9 +60,9 @@ func (s *Store) GetOrg(ctx context.Context, id string) (Org, error) {
 	return o, nil
 }
 
-// DeleteOrg deletes the organisation with all its prefixes and overrides, or
-// returns ErrOrgNotFound. It records the organisation as deleted (see
-// DeletedOrg) in the same transaction.
+// DeleteOrg deletes the organisation with all its prefixes, overrides and
+// settings documents, or returns ErrOrgNotFound. It records the organisation
+// as deleted (see DeletedOrg) in the same transaction.
 func (s *Store) DeleteOrg(ctx context.Context, id string) error {
 	defer s.cache.invalidate(id) // after the commit: see overrideCache
 	return s.write(ctx, func(tx *sql.Tx) error {
@@ -80,6 +80,7 @@ func (s *Store) DeleteOrg(ctx context.Context, id string) error {
 			return fmt.Errorf("orgstore: delete organisation: %w", err)
 		}
 		for _, q := range []string{
+			`DELETE FROM settings WHERE org_pk = $1`,
 			`DELETE FROM overrides WHERE org_pk = $1`,
 			`DELETE FROM prefixes WHERE org_pk = $1`,
 			`DELETE FROM orgs WHERE pk = $1`,

@@ -43,11 +43,12 @@ func (s *Store) pgReadOverrides(ctx context.Context, org string, d Detail) (View
 	return v, nil
 }
 
-func pgReadView(ctx context.Context, tx pgx.Tx, org string, d Detail) (View, error) {
+func pgReadView(ctx context.Context, tx pgx.Tx, org string, detail Detail) (View, error) {
 	var (
 		v  View
 		pk int64
 		n  int
+		d  = detail.overrides()
 	)
 	err := tx.QueryRow(ctx, `SELECT pk, version FROM orgs WHERE id = $1`, org).Scan(&pk, &v.Version)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -124,6 +125,11 @@ func pgReadView(ctx context.Context, tx pgx.Tx, org string, d Detail) (View, err
 		return View{}, fmt.Errorf("orgstore: read overrides: %w", err)
 	}
 	v.Overrides = out.all()
+	if detail&WithSettings != 0 {
+		if v.Settings, err = pgReadOrgSettings(ctx, tx, pk); err != nil {
+			return View{}, err
+		}
+	}
 	return v, nil
 }
 

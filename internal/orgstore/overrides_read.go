@@ -14,7 +14,9 @@ import (
 
 // ReadOverrides returns the organisation's version, prefixes and all its
 // overrides (IPv4 first, then by address, then by length) from one read
-// transaction. d selects the override columns read; less is faster.
+// transaction. d selects the override columns read; less is faster. With
+// WithSettings or-ed in, the View also holds the organisation's settings
+// documents from the same transaction (what one deploy publishes together).
 func (s *Store) ReadOverrides(ctx context.Context, org string, d Detail) (View, error) {
 	if identity.ValidateOrg(org) != nil {
 		return View{}, ErrOrgNotFound
@@ -35,7 +37,12 @@ func (s *Store) ReadOverrides(ctx context.Context, org string, d Detail) (View, 
 		if v.Prefixes, err = readPrefixes(ctx, tx, pk); err != nil {
 			return err
 		}
-		v.Overrides, err = s.q.readOverrides(ctx, tx, pk, d)
+		if v.Overrides, err = s.q.readOverrides(ctx, tx, pk, d.overrides()); err != nil {
+			return err
+		}
+		if d&WithSettings != 0 {
+			v.Settings, err = readOrgSettings(ctx, tx, pk)
+		}
 		return err
 	})
 	if err != nil {

@@ -1,8 +1,9 @@
 // Package orgstore is the SQL persistence of the organisation manager: the
 // source of truth for organisations, their IP prefixes and per-CIDR overrides
-// (spec 1, DESIGN.md §1 and §3). The REST handlers write through it; the
-// deploy step reads consistent views from it and turns them into sessions for
-// the IP Mapper. SQLite (pure Go, the embedded default) and PostgreSQL (the
+// (spec 1, DESIGN.md §1 and §3), and the subscriber settings documents (§6.1).
+// The REST handlers write through it; the deploy step reads consistent views
+// from it and turns them into sessions for the IP Mapper and settings for
+// the nodes. SQLite (pure Go, the embedded default) and PostgreSQL (the
 // scale path) run the same statements wherever their SQL agrees; docs/store.md
 // describes the schema, the dialect differences and the concurrency argument.
 package orgstore
@@ -42,6 +43,9 @@ var (
 	ErrOrgNotFound = errors.New("organisation not found")
 	// ErrOverrideNotFound: the organisation has no override for the CIDR.
 	ErrOverrideNotFound = errors.New("override not found")
+	// ErrSettingsNotFound: there is no settings document for the scope (or
+	// no global one).
+	ErrSettingsNotFound = errors.New("settings not found")
 	// ErrInvalidInput wraps every refusal of a value the store cannot hold
 	// (a non-canonical CIDR, meta that is not a JSON object, a NUL in a
 	// string, an org id identity.ValidateOrg refuses). Handlers validate
@@ -102,7 +106,8 @@ type Override struct {
 	checked *checkedOverride
 }
 
-// Detail selects the override columns a read returns.
+// Detail selects the override columns a read returns, and whether it reads
+// the organisation's settings documents too (WithSettings).
 type Detail int
 
 const (
@@ -115,12 +120,25 @@ const (
 	Full
 )
 
-// View is one consistent read of an organisation: the version, its prefixes
-// and the requested overrides all come from the same snapshot.
+// WithSettings, or-ed into a Detail (Identity|WithSettings), makes
+// ReadOverrides also fill View.Settings with every settings document of the
+// organisation, from the same snapshot as the rest of the View. Without it
+// the settings table is not read.
+const WithSettings Detail = 1 << 8
+
+// overrides is the override columns d selects, without the flags.
+func (d Detail) overrides() Detail { return d &^ WithSettings }
+
+// View is one consistent read of an organisation: the version, its prefixes,
+// the requested overrides and, when asked for, its settings documents all
+// come from the same snapshot.
 type View struct {
 	Version   int64
 	Prefixes  []netip.Prefix
 	Overrides []Override
+	// Settings is filled by ReadOverrides with WithSettings only: the
+	// organisation's scoped documents in layer order (see ListSettings).
+	Settings []ScopedSettings
 }
 
 // BatchOp is one item of ApplyBatch: an upsert of Override, or a delete of
@@ -322,11 +340,17 @@ func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
 }
 
 // read runs fn in one read-only transaction on a consistent snapshot.
-// PostgreSQL's equivalent (REPEATABLE READ READ ONLY) is in overrides_pg.go.
+// ReadOverrides' PostgreSQL path, on pgx's native interface, is in
+// overrides_pg.go.
 func (s *Store) read(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	// SQLite: a deferred transaction takes its WAL snapshot at the first read
-	// and keeps it to the end.
-	tx, err := s.reader.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	// and keeps it to the end. PostgreSQL: READ COMMITTED would take a new
+	// snapshot per statement; REPEATABLE READ keeps the first one.
+	opts := &sql.TxOptions{ReadOnly: true}
+	if s.dialect == DialectPostgres {
+		opts.Isolation = sql.LevelRepeatableRead
+	}
+	tx, err := s.reader.BeginTx(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("orgstore: begin: %w", err)
 	}

@@ -1,0 +1,361 @@
+package orgmanager
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/svc-pf/svc-pf/internal/httpapi"
+	"github.com/svc-pf/svc-pf/internal/orgstore"
+	"github.com/svc-pf/svc-pf/internal/settings"
+)
+
+// The settings endpoints (DESIGN.md §6.1): an organisation's documents,
+// scoped by at most one query parameter; the effective policy of one
+// subscriber; and the global layer, outside the /org tree.
+
+// GlobalNotifier is what the API needs of the deployer for the global
+// settings layer, which has no organisation to Notify. A Deployer that
+// implements it is told of every global write, after the commit and before
+// the response; see New.
+type GlobalNotifier interface {
+	NotifyGlobal()
+}
+
+// scopeParams are the scope parameters, least specific first.
+var scopeParams = []string{"profile", "location", "username", "deviceid"}
+
+func (a *API) registerSettings(r *httpapi.Router) {
+	r.Handle(http.MethodGet, "/org/{org}/settings", a.org(a.getSettings))
+	r.Handle(http.MethodPut, "/org/{org}/settings", a.org(a.putSettings))
+	r.Handle(http.MethodDelete, "/org/{org}/settings", a.org(a.deleteSettings))
+	r.Handle(http.MethodGet, "/org/{org}/settings/effective", a.org(a.effectiveSettings))
+	r.Handle(http.MethodGet, "/settings", a.getGlobalSettings)
+	r.Handle(http.MethodPut, "/settings", a.putGlobalSettings)
+	r.Handle(http.MethodDelete, "/settings", a.deleteGlobalSettings)
+}
+
+// strictQuery parses a query string in which every name is one of allowed
+// and appears once. Unlike URL.Query it refuses what it cannot parse, so a
+// malformed parameter is never silently dropped (which would turn a write
+// meant for a username into one of the org layer).
+func strictQuery(raw string, allowed ...string) (map[string]string, error) {
+	q, err := url.ParseQuery(raw)
+	if err != nil {
+		return nil, fmt.Errorf("invalid query string: %w", err)
+	}
+	out := make(map[string]string, len(q))
+	for _, name := range slices.Sorted(maps.Keys(q)) {
+		if !slices.Contains(allowed, name) {
+			if len(allowed) == 0 {
+				return nil, fmt.Errorf("unknown parameter %.64q: this endpoint takes none", name)
+			}
+			return nil, fmt.Errorf("unknown parameter %.64q: the parameters are %s", name, strings.Join(allowed, ", "))
+		}
+		if len(q[name]) > 1 {
+			return nil, fmt.Errorf("parameter %s given more than once", name)
+		}
+		out[name] = q[name][0]
+	}
+	return out, nil
+}
+
+// parseScope reads the scope of /org/{org}/settings: no parameter is the
+// org layer, else exactly one of profile, location, username, deviceid with
+// a value the store can hold.
+func parseScope(raw string) (orgstore.Scope, error) {
+	q, err := strictQuery(raw, scopeParams...)
+	if err != nil {
+		return orgstore.Scope{}, err
+	}
+	if len(q) > 1 {
+		names := slices.Sorted(maps.Keys(q))
+		return orgstore.Scope{}, fmt.Errorf("at most one scope parameter (profile, location, username or deviceid); got %s", strings.Join(names, " and "))
+	}
+	sc := orgstore.Scope{Kind: orgstore.ScopeOrg}
+	for name, v := range q {
+		if v == "" {
+			return orgstore.Scope{}, fmt.Errorf("%s must not be empty", name)
+		}
+		switch name {
+		case "profile":
+			n, err := settings.ParseProfile(v)
+			if err != nil {
+				return orgstore.Scope{}, err
+			}
+			sc = orgstore.Scope{Kind: orgstore.ScopeProfile, Profile: n}
+		case "location":
+			sc = orgstore.Scope{Kind: orgstore.ScopeLocation, Value: v}
+		case "username":
+			sc = orgstore.Scope{Kind: orgstore.ScopeUsername, Value: v}
+		case "deviceid":
+			sc = orgstore.Scope{Kind: orgstore.ScopeDeviceID, Value: v}
+		}
+	}
+	if err := sc.Validate(); err != nil {
+		return orgstore.Scope{}, err
+	}
+	return sc, nil
+}
+
+// parseEffectiveQuery reads the subscriber of /org/{org}/settings/effective:
+// any of location, username, deviceid (an empty value is an absent
+// attribute, as in an override) and profile.
+func parseEffectiveQuery(raw string) (orgstore.LayerQuery, error) {
+	q, err := strictQuery(raw, scopeParams...)
+	if err != nil {
+		return orgstore.LayerQuery{}, err
+	}
+	var lq orgstore.LayerQuery
+	lq.Location, lq.Username, lq.DeviceID = q["location"], q["username"], q["deviceid"]
+	if err := lq.Attributes.Validate(); err != nil {
+		return orgstore.LayerQuery{}, err
+	}
+	if v := q["profile"]; v != "" {
+		if lq.Profile, err = settings.ParseProfile(v); err != nil {
+			return orgstore.LayerQuery{}, err
+		}
+		lq.HasProfile = true
+	}
+	return lq, nil
+}
+
+// readDocument reads and validates a settings document body; it answers
+// the 4xx itself when it cannot. A refused field is named in the message.
+func readDocument(w http.ResponseWriter, r *http.Request) (*settings.Document, bool) {
+	var raw json.RawMessage
+	if !decode(w, r, maxBody, &raw) {
+		return nil, false
+	}
+	d, err := settings.Parse(raw)
+	if err != nil {
+		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
+		return nil, false
+	}
+	return d, true
+}
+
+// writeDocument answers a stored document as it is: its canonical JSON.
+func writeDocument(w http.ResponseWriter, doc json.RawMessage) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(append(doc[:len(doc):len(doc)], '\n'))
+}
+
+func (a *API) getSettings(w http.ResponseWriter, r *http.Request, org string) {
+	sc, err := parseScope(r.URL.RawQuery)
+	if err != nil {
+		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	doc, v, err := a.store.GetSettings(r.Context(), org, sc)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	setVersion(w, v)
+	writeDocument(w, doc)
+}
+
+func (a *API) putSettings(w http.ResponseWriter, r *http.Request, org string) {
+	sc, err := parseScope(r.URL.RawQuery)
+	if err != nil {
+		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	d, ok := readDocument(w, r)
+	if !ok {
+		return
+	}
+	v, err := a.store.PutSettings(r.Context(), org, sc, d)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	a.written(w, org, v, http.StatusOK, successBody{true})
+}
+
+func (a *API) deleteSettings(w http.ResponseWriter, r *http.Request, org string) {
+	sc, err := parseScope(r.URL.RawQuery)
+	if err != nil {
+		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	v, err := a.store.DeleteSettings(r.Context(), org, sc)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	a.written(w, org, v, http.StatusNoContent, nil)
+}
+
+// effectiveBody is the answer of GET /org/{org}/settings/effective.
+type effectiveBody struct {
+	// Settings is the merged document: every field set.
+	Settings *settings.Document `json:"settings"`
+	// Origin maps each field to the layer it came from ("default" when no
+	// layer sets it).
+	Origin map[string]string `json:"origin"`
+	// Layers are the merged layers that exist, least specific first.
+	Layers      []string `json:"layers"`
+	Fingerprint string   `json:"fingerprint"`
+	// Profile is the number of the profile layer merged (present or not):
+	// the profile parameter, else the profile the most specific layer
+	// sets; absent when neither names one.
+	Profile *int `json:"profile,omitempty"`
+}
+
+func (a *API) effectiveSettings(w http.ResponseWriter, r *http.Request, org string) {
+	lq, err := parseEffectiveQuery(r.URL.RawQuery)
+	if err != nil {
+		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	stored, err := a.store.ReadSettingsLayers(r.Context(), org, lq)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	// A stored document that does not parse is the store's fault, not the
+	// client's: a 500 (a *FieldError is no ErrInvalidInput).
+	parse := func(layer string, raw json.RawMessage) (*settings.Document, error) {
+		if raw == nil {
+			return nil, nil
+		}
+		d, err := settings.Parse(raw)
+		if err != nil {
+			return nil, fmt.Errorf("stored settings of layer %s: %w", layer, err)
+		}
+		return d, nil
+	}
+	global, err := parse(settings.LayerGlobal, stored.Global)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	var (
+		byKind   = map[orgstore.ScopeKind]*settings.Document{}
+		profiles = map[int]*settings.Document{}
+	)
+	for _, s := range stored.Docs {
+		d, err := parse(s.Scope.Layer(org), s.Doc)
+		if err != nil {
+			a.fail(w, r, err)
+			return
+		}
+		if s.Scope.Kind == orgstore.ScopeProfile {
+			profiles[s.Scope.Profile] = d
+		} else {
+			byKind[s.Scope.Kind] = d
+		}
+	}
+	orgDoc, loc, user, dev := byKind[orgstore.ScopeOrg], byKind[orgstore.ScopeLocation], byKind[orgstore.ScopeUsername], byKind[orgstore.ScopeDeviceID]
+	n, selected := lq.Profile, lq.HasProfile
+	if !selected {
+		n, selected = settings.ProfileOf(global, orgDoc, loc, user, dev)
+	}
+	body := effectiveBody{Layers: []string{}}
+	layers := []settings.Layer{
+		{Name: settings.LayerGlobal, Doc: global},
+		{Name: orgstore.Scope{Kind: orgstore.ScopeOrg}.Layer(org), Doc: orgDoc},
+	}
+	if selected {
+		body.Profile = &n
+		layers = append(layers, settings.Layer{Name: orgstore.Scope{Kind: orgstore.ScopeProfile, Profile: n}.Layer(org), Doc: profiles[n]})
+	}
+	for _, l := range []struct {
+		kind  orgstore.ScopeKind
+		value string
+		doc   *settings.Document
+	}{
+		{orgstore.ScopeLocation, lq.Location, loc},
+		{orgstore.ScopeUsername, lq.Username, user},
+		{orgstore.ScopeDeviceID, lq.DeviceID, dev},
+	} {
+		layers = append(layers, settings.Layer{Name: orgstore.Scope{Kind: l.kind, Value: l.value}.Layer(org), Doc: l.doc})
+	}
+	e := settings.Merge(layers...)
+	for _, l := range layers {
+		if l.Doc != nil {
+			body.Layers = append(body.Layers, l.Name)
+		}
+	}
+	body.Settings, body.Origin, body.Fingerprint = &e.Document, e.Origin, e.Fingerprint
+	setVersion(w, stored.Version)
+	httpapi.WriteJSON(w, http.StatusOK, body)
+}
+
+// setSettingsVersion sets X-Settings-Version, the global layer's version
+// (it has no org_version).
+func setSettingsVersion(w http.ResponseWriter, v int64) {
+	w.Header().Set("X-Settings-Version", strconv.FormatInt(v, 10))
+}
+
+func (a *API) getGlobalSettings(w http.ResponseWriter, r *http.Request) {
+	if _, err := strictQuery(r.URL.RawQuery); err != nil {
+		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	g, err := a.store.GlobalSettings(r.Context())
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if g.Doc == nil {
+		a.fail(w, r, orgstore.ErrSettingsNotFound)
+		return
+	}
+	setSettingsVersion(w, g.Version)
+	writeDocument(w, g.Doc)
+}
+
+func (a *API) putGlobalSettings(w http.ResponseWriter, r *http.Request) {
+	if _, err := strictQuery(r.URL.RawQuery); err != nil {
+		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	d, ok := readDocument(w, r)
+	if !ok {
+		return
+	}
+	v, err := a.store.PutGlobalSettings(r.Context(), d)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	a.writtenGlobal(w, v, http.StatusOK, successBody{true})
+}
+
+func (a *API) deleteGlobalSettings(w http.ResponseWriter, r *http.Request) {
+	if _, err := strictQuery(r.URL.RawQuery); err != nil {
+		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	v, err := a.store.DeleteGlobalSettings(r.Context())
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	a.writtenGlobal(w, v, http.StatusNoContent, nil)
+}
+
+// writtenGlobal finishes a successful write of the global layer as written
+// does an organisation's: the deployer learns of it before the client.
+func (a *API) writtenGlobal(w http.ResponseWriter, version int64, status int, body any) {
+	a.notifyGlobal()
+	setSettingsVersion(w, version)
+	if body == nil {
+		w.WriteHeader(status)
+		return
+	}
+	httpapi.WriteJSON(w, status, body)
+}
+
+// noGlobalNotifier is logged by New when the deployer cannot be told of
+// global writes.
+const noGlobalNotifier = "orgmanager: the deployer has no NotifyGlobal: writes of the global settings layer are stored but not deployed"
