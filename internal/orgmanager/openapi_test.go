@@ -5,11 +5,12 @@ import (
 	"strings"
 	"testing"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/svc-pf/svc-pf/docs"
 	"github.com/svc-pf/svc-pf/internal/deploy"
 	"github.com/svc-pf/svc-pf/internal/httpapi"
 	"github.com/svc-pf/svc-pf/internal/orgstore/storetest"
-	"go.yaml.in/yaml/v3"
 )
 
 // TestOpenAPIMatchesRoutes keeps docs/openapi/orgmanager.yaml and the

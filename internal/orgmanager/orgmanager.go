@@ -38,9 +38,9 @@ type Store interface {
 	ReadOverrides(ctx context.Context, org string, d orgstore.Detail) (orgstore.View, error)
 	ReadOverride(ctx context.Context, org string, cidr netip.Prefix) (orgstore.View, error)
 
-	GetSettings(ctx context.Context, org string, sc orgstore.Scope) (json.RawMessage, int64, error)
-	PutSettings(ctx context.Context, org string, sc orgstore.Scope, doc *settings.Document) (int64, error)
-	DeleteSettings(ctx context.Context, org string, sc orgstore.Scope) (int64, error)
+	GetSettings(ctx context.Context, org string, sc settings.Scope) (json.RawMessage, int64, error)
+	PutSettings(ctx context.Context, org string, sc settings.Scope, doc *settings.Document) (int64, error)
+	DeleteSettings(ctx context.Context, org string, sc settings.Scope) (int64, error)
 	ReadSettingsLayers(ctx context.Context, org string, q orgstore.LayerQuery) (orgstore.SettingsLayers, error)
 	GlobalSettings(ctx context.Context) (orgstore.GlobalSettings, error)
 	PutGlobalSettings(ctx context.Context, doc *settings.Document) (int64, error)

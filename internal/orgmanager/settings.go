@@ -68,37 +68,37 @@ func strictQuery(raw string, allowed ...string) (map[string]string, error) {
 // parseScope reads the scope of /org/{org}/settings: no parameter is the
 // org layer, else exactly one of profile, location, username, deviceid with
 // a value the store can hold.
-func parseScope(raw string) (orgstore.Scope, error) {
+func parseScope(raw string) (settings.Scope, error) {
 	q, err := strictQuery(raw, scopeParams...)
 	if err != nil {
-		return orgstore.Scope{}, err
+		return settings.Scope{}, err
 	}
 	if len(q) > 1 {
 		names := slices.Sorted(maps.Keys(q))
-		return orgstore.Scope{}, fmt.Errorf("at most one scope parameter (profile, location, username or deviceid); got %s", strings.Join(names, " and "))
+		return settings.Scope{}, fmt.Errorf("at most one scope parameter (profile, location, username or deviceid); got %s", strings.Join(names, " and "))
 	}
-	sc := orgstore.Scope{Kind: orgstore.ScopeOrg}
+	sc := settings.Scope{Kind: settings.ScopeOrg}
 	for name, v := range q {
 		if v == "" {
-			return orgstore.Scope{}, fmt.Errorf("%s must not be empty", name)
+			return settings.Scope{}, fmt.Errorf("%s must not be empty", name)
 		}
 		switch name {
 		case "profile":
 			n, err := settings.ParseProfile(v)
 			if err != nil {
-				return orgstore.Scope{}, err
+				return settings.Scope{}, err
 			}
-			sc = orgstore.Scope{Kind: orgstore.ScopeProfile, Profile: n}
+			sc = settings.Scope{Kind: settings.ScopeProfile, Profile: n}
 		case "location":
-			sc = orgstore.Scope{Kind: orgstore.ScopeLocation, Value: v}
+			sc = settings.Scope{Kind: settings.ScopeLocation, Value: v}
 		case "username":
-			sc = orgstore.Scope{Kind: orgstore.ScopeUsername, Value: v}
+			sc = settings.Scope{Kind: settings.ScopeUsername, Value: v}
 		case "deviceid":
-			sc = orgstore.Scope{Kind: orgstore.ScopeDeviceID, Value: v}
+			sc = settings.Scope{Kind: settings.ScopeDeviceID, Value: v}
 		}
 	}
 	if err := sc.Validate(); err != nil {
-		return orgstore.Scope{}, err
+		return settings.Scope{}, err
 	}
 	return sc, nil
 }
@@ -239,7 +239,7 @@ func (a *API) effectiveSettings(w http.ResponseWriter, r *http.Request, org stri
 		return
 	}
 	var (
-		byKind   = map[orgstore.ScopeKind]*settings.Document{}
+		byKind   = map[settings.ScopeKind]*settings.Document{}
 		profiles = map[int]*settings.Document{}
 	)
 	for _, s := range stored.Docs {
@@ -248,13 +248,13 @@ func (a *API) effectiveSettings(w http.ResponseWriter, r *http.Request, org stri
 			a.fail(w, r, err)
 			return
 		}
-		if s.Scope.Kind == orgstore.ScopeProfile {
+		if s.Scope.Kind == settings.ScopeProfile {
 			profiles[s.Scope.Profile] = d
 		} else {
 			byKind[s.Scope.Kind] = d
 		}
 	}
-	orgDoc, loc, user, dev := byKind[orgstore.ScopeOrg], byKind[orgstore.ScopeLocation], byKind[orgstore.ScopeUsername], byKind[orgstore.ScopeDeviceID]
+	orgDoc, loc, user, dev := byKind[settings.ScopeOrg], byKind[settings.ScopeLocation], byKind[settings.ScopeUsername], byKind[settings.ScopeDeviceID]
 	n, selected := lq.Profile, lq.HasProfile
 	if !selected {
 		n, selected = settings.ProfileOf(global, orgDoc, loc, user, dev)
@@ -262,22 +262,22 @@ func (a *API) effectiveSettings(w http.ResponseWriter, r *http.Request, org stri
 	body := effectiveBody{Layers: []string{}}
 	layers := []settings.Layer{
 		{Name: settings.LayerGlobal, Doc: global},
-		{Name: orgstore.Scope{Kind: orgstore.ScopeOrg}.Layer(org), Doc: orgDoc},
+		{Name: settings.Scope{Kind: settings.ScopeOrg}.Layer(org), Doc: orgDoc},
 	}
 	if selected {
 		body.Profile = &n
-		layers = append(layers, settings.Layer{Name: orgstore.Scope{Kind: orgstore.ScopeProfile, Profile: n}.Layer(org), Doc: profiles[n]})
+		layers = append(layers, settings.Layer{Name: settings.Scope{Kind: settings.ScopeProfile, Profile: n}.Layer(org), Doc: profiles[n]})
 	}
 	for _, l := range []struct {
-		kind  orgstore.ScopeKind
+		kind  settings.ScopeKind
 		value string
 		doc   *settings.Document
 	}{
-		{orgstore.ScopeLocation, lq.Location, loc},
-		{orgstore.ScopeUsername, lq.Username, user},
-		{orgstore.ScopeDeviceID, lq.DeviceID, dev},
+		{settings.ScopeLocation, lq.Location, loc},
+		{settings.ScopeUsername, lq.Username, user},
+		{settings.ScopeDeviceID, lq.DeviceID, dev},
 	} {
-		layers = append(layers, settings.Layer{Name: orgstore.Scope{Kind: l.kind, Value: l.value}.Layer(org), Doc: l.doc})
+		layers = append(layers, settings.Layer{Name: settings.Scope{Kind: l.kind, Value: l.value}.Layer(org), Doc: l.doc})
 	}
 	e := settings.Merge(layers...)
 	for _, l := range layers {

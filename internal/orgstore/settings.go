@@ -14,121 +14,27 @@ import (
 	"github.com/svc-pf/svc-pf/internal/settings"
 )
 
-// ScopeKind is the layer of an organisation's settings document (DESIGN.md
-// §6.1); the global layer is outside every organisation and has methods of
-// its own. The values are the layers' order and the database's scope codes.
-type ScopeKind uint8
-
-// Scope kinds, least specific first.
-const (
-	ScopeOrg ScopeKind = iota + 1
-	ScopeProfile
-	ScopeLocation
-	ScopeUsername
-	ScopeDeviceID
-)
-
-// String returns the kind's layer name (settings.LayerOrg, …).
-func (k ScopeKind) String() string {
-	switch k {
-	case ScopeOrg:
-		return settings.LayerOrg
-	case ScopeProfile:
-		return settings.LayerProfile
-	case ScopeLocation:
-		return settings.LayerLocation
-	case ScopeUsername:
-		return settings.LayerUsername
-	case ScopeDeviceID:
-		return settings.LayerDeviceID
-	}
-	return "scope(" + strconv.Itoa(int(k)) + ")"
-}
-
-// Scope says which document of an organisation: its own (ScopeOrg), that of
-// profile number Profile, or that of the location, username or device id
-// Value (deviceid in spec 1's "prefix:value" form, as overrides carry it).
-type Scope struct {
-	Kind ScopeKind
-	// Value is the location, username or device id; "" for the other kinds.
-	Value string
-	// Profile is the profile number of ScopeProfile (0..settings.MaxProfile);
-	// 0 for the other kinds.
-	Profile int
-}
-
-// Validate checks the scope: a location, username or device id follows the
-// rule of an override's attribute (identity.Attributes.Validate) and is not
-// empty; a profile number is within 0..settings.MaxProfile. A refusal wraps
-// ErrInvalidInput and its text is fit for an API client.
-func (sc Scope) Validate() error {
-	switch sc.Kind {
-	case ScopeOrg, ScopeProfile:
-		if sc.Value != "" {
-			return fmt.Errorf("%w: a %s scope has no value", ErrInvalidInput, sc.Kind)
-		}
-		if sc.Kind == ScopeOrg && sc.Profile != 0 {
-			return fmt.Errorf("%w: an org scope has no profile number", ErrInvalidInput)
-		}
-		if sc.Profile < 0 || sc.Profile > settings.MaxProfile {
-			return fmt.Errorf("%w: profile must be a whole number from 0 to %d", ErrInvalidInput, settings.MaxProfile)
-		}
-		return nil
-	case ScopeLocation, ScopeUsername, ScopeDeviceID:
-		if sc.Profile != 0 {
-			return fmt.Errorf("%w: a %s scope has no profile number", ErrInvalidInput, sc.Kind)
-		}
-		if sc.Value == "" {
-			return fmt.Errorf("%w: %s is empty", ErrInvalidInput, sc.Kind)
-		}
-		var a identity.Attributes
-		switch sc.Kind {
-		case ScopeLocation:
-			a.Location = sc.Value
-		case ScopeUsername:
-			a.Username = sc.Value
-		default:
-			a.DeviceID = sc.Value
-		}
-		return a.Validate()
-	}
-	return fmt.Errorf("%w: unknown settings scope %d", ErrInvalidInput, sc.Kind)
-}
-
-// Layer returns the scope's layer name as settings.Merge reports origins:
-// "org:acme", "profile:2", "location:hq", "username:alice",
-// "deviceid:mac:0a1b".
-func (sc Scope) Layer(org string) string {
-	switch sc.Kind {
-	case ScopeOrg:
-		return sc.Kind.String() + ":" + org
-	case ScopeProfile:
-		return sc.Kind.String() + ":" + strconv.Itoa(sc.Profile)
-	}
-	return sc.Kind.String() + ":" + sc.Value
-}
-
 // key is the scope's database key (scope, value), after Validate.
-func (sc Scope) key() (int, string, error) {
+func scopeKey(sc settings.Scope) (int, string, error) {
 	if err := sc.Validate(); err != nil {
 		return 0, "", err
 	}
-	if sc.Kind == ScopeProfile {
+	if sc.Kind == settings.ScopeProfile {
 		return int(sc.Kind), strconv.Itoa(sc.Profile), nil
 	}
 	return int(sc.Kind), sc.Value, nil
 }
 
 // scopeFromKey is key's inverse, for rows read back.
-func scopeFromKey(kind int64, value string) (Scope, error) {
-	sc := Scope{Kind: ScopeKind(kind)}
-	if kind < int64(ScopeOrg) || kind > int64(ScopeDeviceID) {
-		return Scope{}, fmt.Errorf("orgstore: malformed settings row (scope %d) in the database", kind)
+func scopeFromKey(kind int64, value string) (settings.Scope, error) {
+	sc := settings.Scope{Kind: settings.ScopeKind(kind)}
+	if kind < int64(settings.ScopeOrg) || kind > int64(settings.ScopeDeviceID) {
+		return settings.Scope{}, fmt.Errorf("orgstore: malformed settings row (scope %d) in the database", kind)
 	}
-	if sc.Kind == ScopeProfile {
+	if sc.Kind == settings.ScopeProfile {
 		n, err := strconv.Atoi(value)
 		if err != nil {
-			return Scope{}, fmt.Errorf("orgstore: malformed settings row (profile %q) in the database", value)
+			return settings.Scope{}, fmt.Errorf("orgstore: malformed settings row (profile %q) in the database", value)
 		}
 		sc.Profile = n
 	} else {
@@ -139,7 +45,7 @@ func scopeFromKey(kind int64, value string) (Scope, error) {
 
 // ScopedSettings is one stored settings document of an organisation.
 type ScopedSettings struct {
-	Scope Scope
+	Scope settings.Scope
 	// Doc is the document's canonical JSON (settings.Document.String()):
 	// settings.Parse reads it back.
 	Doc json.RawMessage
@@ -177,8 +83,8 @@ func canonicalSettings(doc *settings.Document) (string, any, error) {
 // GetSettings returns the organisation's document for sc and its version,
 // ErrOrgNotFound, or ErrSettingsNotFound. It is one statement, hence one
 // snapshot.
-func (s *Store) GetSettings(ctx context.Context, org string, sc Scope) (json.RawMessage, int64, error) {
-	kind, value, err := sc.key()
+func (s *Store) GetSettings(ctx context.Context, org string, sc settings.Scope) (json.RawMessage, int64, error) {
+	kind, value, err := scopeKey(sc)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -206,9 +112,9 @@ func (s *Store) GetSettings(ctx context.Context, org string, sc Scope) (json.Raw
 // PutSettings stores doc as the organisation's document for sc, replacing
 // the one there (PUT /org/{org}/settings). It always bumps the version and
 // returns the version after the call.
-func (s *Store) PutSettings(ctx context.Context, org string, sc Scope, doc *settings.Document) (int64, error) {
+func (s *Store) PutSettings(ctx context.Context, org string, sc settings.Scope, doc *settings.Document) (int64, error) {
 	defer s.cache.invalidate(org) // the cached views carry the version
-	kind, value, err := sc.key()
+	kind, value, err := scopeKey(sc)
 	if err != nil {
 		return 0, err
 	}
@@ -241,9 +147,9 @@ func (s *Store) PutSettings(ctx context.Context, org string, sc Scope, doc *sett
 // DeleteSettings deletes the organisation's document for sc, bumps the
 // version and returns it; ErrSettingsNotFound (and no bump) when there is
 // none.
-func (s *Store) DeleteSettings(ctx context.Context, org string, sc Scope) (int64, error) {
+func (s *Store) DeleteSettings(ctx context.Context, org string, sc settings.Scope) (int64, error) {
 	defer s.cache.invalidate(org) // the cached views carry the version
-	kind, value, err := sc.key()
+	kind, value, err := scopeKey(sc)
 	if err != nil {
 		return 0, err
 	}
@@ -355,12 +261,12 @@ func readOrgSettings(ctx context.Context, tx *sql.Tx, orgPK int64) ([]ScopedSett
 // value) by number: their values are decimal text, where "10" sorts before
 // "2".
 func sortProfiles(list []ScopedSettings) {
-	i := slices.IndexFunc(list, func(s ScopedSettings) bool { return s.Scope.Kind == ScopeProfile })
+	i := slices.IndexFunc(list, func(s ScopedSettings) bool { return s.Scope.Kind == settings.ScopeProfile })
 	if i < 0 {
 		return
 	}
 	j := i
-	for j < len(list) && list[j].Scope.Kind == ScopeProfile {
+	for j < len(list) && list[j].Scope.Kind == settings.ScopeProfile {
 		j++
 	}
 	slices.SortFunc(list[i:j], func(a, b ScopedSettings) int { return cmp.Compare(a.Scope.Profile, b.Scope.Profile) })
@@ -476,15 +382,15 @@ func (s *Store) ReadSettingsLayers(ctx context.Context, org string, q LayerQuery
 		}
 		// A value the store refuses cannot have a document: asking for it
 		// would only hand PostgreSQL text it cannot take.
-		attr := func(kind ScopeKind, v string) string {
-			if (Scope{Kind: kind, Value: v}).Validate() != nil {
+		attr := func(kind settings.ScopeKind, v string) string {
+			if (settings.Scope{Kind: kind, Value: v}).Validate() != nil {
 				return ""
 			}
 			return v
 		}
 		rows, err := tx.QueryContext(ctx, `SELECT scope, value, selects_profile, doc FROM settings
 			WHERE org_pk = $1 AND (scope = 1 OR (scope = 3 AND value = $2) OR (scope = 4 AND value = $3) OR (scope = 5 AND value = $4))
-			ORDER BY scope`, pk, attr(ScopeLocation, q.Location), attr(ScopeUsername, q.Username), attr(ScopeDeviceID, q.DeviceID))
+			ORDER BY scope`, pk, attr(settings.ScopeLocation, q.Location), attr(settings.ScopeUsername, q.Username), attr(settings.ScopeDeviceID, q.DeviceID))
 		if err != nil {
 			return fmt.Errorf("orgstore: read settings: %w", err)
 		}
@@ -526,11 +432,11 @@ func (s *Store) ReadSettingsLayers(ctx context.Context, org string, q LayerQuery
 			if err != nil {
 				return fmt.Errorf("orgstore: read settings: %w", err)
 			}
-			profiles = append(profiles, ScopedSettings{Scope: Scope{Kind: ScopeProfile, Profile: int(n)}, Doc: doc})
+			profiles = append(profiles, ScopedSettings{Scope: settings.Scope{Kind: settings.ScopeProfile, Profile: int(n)}, Doc: doc})
 		}
 		// Layer order: org first, then the profiles, then the rest.
 		i := 0
-		if len(out.Docs) > 0 && out.Docs[0].Scope.Kind == ScopeOrg {
+		if len(out.Docs) > 0 && out.Docs[0].Scope.Kind == settings.ScopeOrg {
 			i = 1
 		}
 		out.Docs = slices.Insert(out.Docs, i, profiles...)

@@ -26,11 +26,11 @@ func doc(t testing.TB, s string) *settings.Document {
 }
 
 var (
-	orgScope = orgstore.Scope{Kind: orgstore.ScopeOrg}
-	profile  = func(n int) orgstore.Scope { return orgstore.Scope{Kind: orgstore.ScopeProfile, Profile: n} }
-	location = func(v string) orgstore.Scope { return orgstore.Scope{Kind: orgstore.ScopeLocation, Value: v} }
-	username = func(v string) orgstore.Scope { return orgstore.Scope{Kind: orgstore.ScopeUsername, Value: v} }
-	deviceID = func(v string) orgstore.Scope { return orgstore.Scope{Kind: orgstore.ScopeDeviceID, Value: v} }
+	orgScope = settings.Scope{Kind: settings.ScopeOrg}
+	profile  = func(n int) settings.Scope { return settings.Scope{Kind: settings.ScopeProfile, Profile: n} }
+	location = func(v string) settings.Scope { return settings.Scope{Kind: settings.ScopeLocation, Value: v} }
+	username = func(v string) settings.Scope { return settings.Scope{Kind: settings.ScopeUsername, Value: v} }
+	deviceID = func(v string) settings.Scope { return settings.Scope{Kind: settings.ScopeDeviceID, Value: v} }
 )
 
 func TestSettingsLifecycle(t *testing.T) {
@@ -58,7 +58,7 @@ func TestSettingsLifecycle(t *testing.T) {
 		}
 
 		must[int64](t)(s.PutOrg(ctx, "acme"))
-		for _, sc := range []orgstore.Scope{orgScope, profile(0), profile(7), location("hq"), username("alice"), deviceID("mac:0a1b")} {
+		for _, sc := range []settings.Scope{orgScope, profile(0), profile(7), location("hq"), username("alice"), deviceID("mac:0a1b")} {
 			t.Run(sc.Layer("acme"), func(t *testing.T) {
 				v0 := must[orgstore.Org](t)(s.GetOrg(ctx, "acme")).Version
 				got, v, err := s.GetSettings(ctx, "acme", sc)
@@ -118,18 +118,18 @@ func TestListSettingsOrder(t *testing.T) {
 		}
 		// Written out of order; listed in layer order, profiles by number,
 		// values by bytes.
-		scopes := []orgstore.Scope{deviceID("mac:01"), username("bob"), profile(10), location("hq"), username("Alice"),
+		scopes := []settings.Scope{deviceID("mac:01"), username("bob"), profile(10), location("hq"), username("Alice"),
 			profile(2), orgScope, username("alice"), profile(settings.MaxProfile), deviceID("custom:x"), location("branch")}
 		for i, sc := range scopes {
 			must[int64](t)(s.PutSettings(ctx, "acme", sc, doc(t, fmt.Sprintf(`{"blocked_categories":[%d]}`, i))))
 		}
-		want := []orgstore.Scope{orgScope, profile(2), profile(10), profile(settings.MaxProfile), location("branch"), location("hq"),
+		want := []settings.Scope{orgScope, profile(2), profile(10), profile(settings.MaxProfile), location("branch"), location("hq"),
 			username("Alice"), username("alice"), username("bob"), deviceID("custom:x"), deviceID("mac:01")}
 		v, list, err = s.ListSettings(ctx, "acme")
 		if err != nil || v != int64(1+len(scopes)) {
 			t.Fatalf("ListSettings = version %d, %v", v, err)
 		}
-		var got []orgstore.Scope
+		var got []settings.Scope
 		for _, ss := range list {
 			got = append(got, ss.Scope)
 			i := slices.Index(scopes, ss.Scope)
@@ -193,11 +193,11 @@ func TestSettingsScopeValidation(t *testing.T) {
 		must[int64](t)(s.PutOrg(ctx, "acme"))
 		d := doc(t, `{}`)
 		long := strings.Repeat("x", identity.MaxAttributeLen)
-		for _, sc := range []orgstore.Scope{
+		for _, sc := range []settings.Scope{
 			profile(-1), profile(settings.MaxProfile + 1),
-			{Kind: orgstore.ScopeOrg, Value: "x"}, {Kind: orgstore.ScopeOrg, Profile: 1},
-			{Kind: orgstore.ScopeProfile, Profile: 1, Value: "1"},
-			{Kind: orgstore.ScopeUsername, Value: "u", Profile: 1},
+			{Kind: settings.ScopeOrg, Value: "x"}, {Kind: settings.ScopeOrg, Profile: 1},
+			{Kind: settings.ScopeProfile, Profile: 1, Value: "1"},
+			{Kind: settings.ScopeUsername, Value: "u", Profile: 1},
 			username(""), location(""), deviceID(""),
 			username(long + "x"), deviceID("nul\x00"), location("bad\xffutf8"),
 			{Kind: 0}, {Kind: 6, Value: "x"},
@@ -214,7 +214,7 @@ func TestSettingsScopeValidation(t *testing.T) {
 		}
 		wantVersion(t, s, "acme", 1)
 		// At the limits, and what overrides accept: any other text.
-		for _, sc := range []orgstore.Scope{profile(0), profile(settings.MaxProfile), username(long), location("tab\there"),
+		for _, sc := range []settings.Scope{profile(0), profile(settings.MaxProfile), username(long), location("tab\there"),
 			deviceID("msisdn:+31 6 1234"), username("ünïcode"), username("'; DROP TABLE settings; --")} {
 			must[int64](t)(s.PutSettings(ctx, "acme", sc, d))
 			if got, _, err := s.GetSettings(ctx, "acme", sc); err != nil || string(got) != "{}" {
@@ -315,7 +315,7 @@ func TestDeleteOrgDeletesSettings(t *testing.T) {
 		s := storetest.OpenConfig(t, orgstore.Config{URL: url})
 		for _, org := range []string{"acme", "other"} {
 			must[int64](t)(s.PutOrg(ctx, org))
-			for _, sc := range []orgstore.Scope{orgScope, profile(1), username("alice")} {
+			for _, sc := range []settings.Scope{orgScope, profile(1), username("alice")} {
 				must[int64](t)(s.PutSettings(ctx, org, sc, doc(t, `{"paused":true}`)))
 			}
 		}
@@ -345,7 +345,7 @@ func TestReadSettingsLayers(t *testing.T) {
 		ctx := context.Background()
 		s := open(t)
 		must[int64](t)(s.PutOrg(ctx, "acme"))
-		put := func(sc orgstore.Scope, body string) { must[int64](t)(s.PutSettings(ctx, "acme", sc, doc(t, body))) }
+		put := func(sc settings.Scope, body string) { must[int64](t)(s.PutSettings(ctx, "acme", sc, doc(t, body))) }
 		put(orgScope, `{"profile": 1}`)
 		for _, n := range []int{1, 2, 3, 4, 5} {
 			put(profile(n), fmt.Sprintf(`{"blocked_categories":[%d]}`, n))

@@ -62,6 +62,10 @@ const MaxProfile = 1 << 20
 const (
 	MaxListItems = 10_000
 	MaxSchedules = 64
+	// MaxDocumentBytes bounds a document's canonical JSON: each document
+	// travels to every node as one KV value, and NATS carries at most 1 MiB
+	// in a message by default.
+	MaxDocumentBytes = 512 << 10
 )
 
 // FieldError is a refused document: Field names the field as a client
@@ -90,6 +94,9 @@ func Fields() []string { return fieldNames[:] }
 // the feed's form (feed.NormalizeName), lists sorted and without duplicates,
 // so equal policies have equal documents.
 func Parse(data []byte) (*Document, error) {
+	if len(data) > 8*MaxDocumentBytes { // room for whitespace; not worth parsing beyond
+		return nil, fieldErr("settings", "%d bytes, more than a document can hold", len(data))
+	}
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(data, &raw); err != nil || raw == nil {
 		return nil, &FieldError{Field: "settings", Msg: "must be a JSON object"}
@@ -111,6 +118,9 @@ func Parse(data []byte) (*Document, error) {
 		if err := d.parseField(name, v); err != nil {
 			return nil, err
 		}
+	}
+	if n := len(d.String()); n > MaxDocumentBytes {
+		return nil, fieldErr("settings", "%d bytes once canonical, more than %d: a document travels to every node in one message", n, MaxDocumentBytes)
 	}
 	return &d, nil
 }

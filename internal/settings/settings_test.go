@@ -2,6 +2,7 @@ package settings
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -95,6 +96,16 @@ func TestParseRefusals(t *testing.T) {
 	long := `{"allowlist": [` + strings.Repeat(`"a.example",`, MaxListItems) + `"a.example"]}`
 	if _, err := Parse([]byte(long)); err == nil {
 		t.Error("a list over the limit was accepted")
+	}
+	var big strings.Builder
+	big.WriteString(`{"allowlist": [`)
+	for i := range MaxListItems - 1 {
+		fmt.Fprintf(&big, `%q,`, fmt.Sprintf("%05d.%s.example", i, strings.Repeat("a", 50)))
+	}
+	big.WriteString(`"x.example"]}`)
+	var fe *FieldError
+	if _, err := Parse([]byte(big.String())); !errors.As(err, &fe) || fe.Field != "settings" || !strings.Contains(fe.Msg, "once canonical") {
+		t.Errorf("a document over MaxDocumentBytes: %v", err)
 	}
 }
 
