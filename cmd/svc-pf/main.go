@@ -16,6 +16,10 @@ import (
 
 	"github.com/svc-pf/svc-pf/internal/app"
 	"github.com/svc-pf/svc-pf/internal/config"
+	// The IANA time zone database is built in, so every machine (orgmanager and
+	// nodes) validates and evaluates settings schedules alike, whatever its
+	// /usr/share/zoneinfo holds.
+	_ "time/tzdata"
 )
 
 // version is set at build time with -ldflags "-X main.version=…"; otherwise
