@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/svc-pf/svc-pf/docs"
 	"github.com/svc-pf/svc-pf/internal/deploy"
@@ -17,6 +18,7 @@ import (
 	"github.com/svc-pf/svc-pf/internal/natsbus"
 	"github.com/svc-pf/svc-pf/internal/orgmanager"
 	"github.com/svc-pf/svc-pf/internal/orgstore"
+	"github.com/svc-pf/svc-pf/internal/settings"
 )
 
 // DatabaseConfig is the orgmanager's `database` section.
@@ -97,8 +99,9 @@ type OrgManager struct {
 	log      *slog.Logger
 }
 
-// StartOrgManager opens the store, builds the deploy pipeline (publishing to
-// the IP Mapper over nc when it is not nil) and binds the HTTP listener.
+// StartOrgManager opens the store, builds the deploy pipeline (publishing
+// sessions to the IP Mapper and settings to their bucket over nc when it is
+// not nil) and binds the HTTP listener.
 func StartOrgManager(ctx context.Context, cfg OrgManagerConfig, nc *nats.Conn, version Version, log *slog.Logger) (*OrgManager, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -111,6 +114,7 @@ func StartOrgManager(ctx context.Context, cfg OrgManagerConfig, nc *nats.Conn, v
 		return nil, err
 	}
 	var publisher deploy.Publisher = deploy.Discard{}
+	var settingsKV deploy.SettingsKV
 	if nc != nil {
 		client, err := mapperclient.NewClient(mapperclient.ClientConfig{Conn: nc, Timeout: cfg.Deploy.PublishTimeout})
 		if err != nil {
@@ -118,12 +122,16 @@ func StartOrgManager(ctx context.Context, cfg OrgManagerConfig, nc *nats.Conn, v
 			return nil, err
 		}
 		publisher = mapperclient.Publisher{Client: client}
+		if settingsKV, err = natsbus.NewKV(nc, jetstream.KeyValueConfig{Bucket: settings.Bucket, History: 1}); err != nil {
+			store.Close()
+			return nil, err
+		}
 	}
 	deployer, err := deploy.New(deploy.Config{
 		Store: store, Publisher: publisher, Workers: cfg.Deploy.Workers,
 		VersionCheckInterval: cfg.Deploy.VersionCheckInterval, FullRedeployInterval: cfg.Deploy.FullRedeployInterval,
 		RetryMin: cfg.Deploy.RetryMin, RetryMax: cfg.Deploy.RetryMax, PublishTimeout: cfg.Deploy.PublishTimeout,
-		Logger: log, Registerer: reg,
+		Settings: settingsKV, Logger: log, Registerer: reg,
 	})
 	if err != nil {
 		store.Close()

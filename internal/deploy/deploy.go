@@ -75,13 +75,18 @@ type Store interface {
 	DeletedOrgs(ctx context.Context) ([]orgstore.DeletedOrg, error)
 	DeletedOrg(ctx context.Context, org string) (orgstore.DeletedOrg, bool, error)
 	ForgetDeletedOrg(ctx context.Context, d orgstore.DeletedOrg) error
+	// The global settings layer and its version (read when Settings is set).
+	GlobalSettings(ctx context.Context) (orgstore.GlobalSettings, error)
 }
 
 // Config configures a Deployer.
 type Config struct {
 	Store     Store
 	Publisher Publisher // nil means Discard
-	Workers   int       // default 4
+	// Settings is the settings bucket; nil: settings are stored but not
+	// published (no NATS configured).
+	Settings SettingsKV
+	Workers  int // default 4
 	// VersionCheckInterval: how often every organisation's version is
 	// compared with the deployed one, to heal lost notifications (writes by
 	// another orgmanager instance on the same database, a crash before a
@@ -111,7 +116,8 @@ type Status struct {
 	DirtySince time.Time
 }
 
-// Deployer runs the deploy pipeline: the scheduler over the sessions part.
+// Deployer runs the deploy pipeline: the scheduler over one job per
+// organisation, with a sessions part and a settings part.
 type Deployer struct {
 	sched    *scheduler
 	sessions *sessionDeploys
@@ -145,7 +151,7 @@ func New(cfg Config) (*Deployer, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	sched := &scheduler{
-		lister:               storeLister{cfg.Store},
+		lister:               storeLister{store: cfg.Store, global: cfg.Settings != nil},
 		workers:              cfg.Workers,
 		retryMin:             cfg.RetryMin,
 		retryMax:             cfg.RetryMax,
@@ -165,13 +171,21 @@ func New(cfg Config) (*Deployer, error) {
 		store: cfg.Store, publisher: cfg.Publisher, publishTimeout: cfg.PublishTimeout,
 		log: log, metrics: m, orgs: map[string]*sessionState{},
 	}
-	sched.job = sessions
+	j := &orgJob{store: cfg.Store, sessions: sessions, log: log}
+	if cfg.Settings != nil {
+		j.settings = &settingsDeploys{kv: cfg.Settings, store: cfg.Store, publishTimeout: cfg.PublishTimeout,
+			metrics: m, held: map[string]map[string]string{}}
+	}
+	sched.job = j
 	return &Deployer{sched: sched, sessions: sessions}, nil
 }
 
 // Notify records that a write changed org: it is dirty from now until a
 // deploy reflects the change. Call it after the write committed.
 func (d *Deployer) Notify(org string) { d.sched.notify(org, false) }
+
+// NotifyGlobal records that the global settings layer changed.
+func (d *Deployer) NotifyGlobal() { d.sched.notify(globalSlot, false) }
 
 // Redeploy queues a republish of every current session of org under a fresh
 // revision, followed by a clean of older revisions.
@@ -193,13 +207,24 @@ func (d *Deployer) Status(org string) Status {
 // and every worker has finished its current deploy.
 func (d *Deployer) Run(ctx context.Context) { d.sched.run(ctx) }
 
-// storeLister reads the scheduler's scans from the Store.
-type storeLister struct{ store Store }
+// storeLister reads the scheduler's scans from the Store; with global, the
+// global settings layer is one more entry (globalSlot) with its version.
+type storeLister struct {
+	store  Store
+	global bool
+}
 
 func (l storeLister) listOrgs(ctx context.Context) ([]orgstore.OrgVersion, []orgstore.DeletedOrg, error) {
 	orgs, err := l.store.ListOrgs(ctx)
 	if err != nil {
 		return nil, nil, err
+	}
+	if l.global {
+		g, err := l.store.GlobalSettings(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		orgs = append(orgs, orgstore.OrgVersion{ID: globalSlot, Version: g.Version})
 	}
 	deleted, err := l.store.DeletedOrgs(ctx)
 	if err != nil {

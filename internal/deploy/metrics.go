@@ -12,6 +12,8 @@ type metrics struct {
 	failures        prometheus.Counter
 	sessionsSet     prometheus.Counter
 	sessionsCleaned prometheus.Counter
+	settingsPut     prometheus.Counter
+	settingsDeleted prometheus.Counter
 	dirty           prometheus.Gauge
 	oldestDirty     prometheus.GaugeFunc
 }
@@ -42,6 +44,14 @@ func newMetrics(reg prometheus.Registerer, oldestDirty func() float64) (*metrics
 			Name: "svcpf_deploy_sessions_cleaned_total",
 			Help: "Session ids sent to the IP Mapper with clean-sessions.",
 		}),
+		settingsPut: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "svcpf_deploy_settings_put_total",
+			Help: "Settings documents written to the settings bucket.",
+		}),
+		settingsDeleted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "svcpf_deploy_settings_deleted_total",
+			Help: "Settings documents removed from the settings bucket.",
+		}),
 		dirty: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "svcpf_deploy_dirty_orgs",
 			Help: "Organisations with changes not yet deployed.",
@@ -52,7 +62,7 @@ func newMetrics(reg prometheus.Registerer, oldestDirty func() float64) (*metrics
 		}, oldestDirty),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.lag, m.duration, m.failures, m.sessionsSet, m.sessionsCleaned, m.dirty, m.oldestDirty} {
+		for _, c := range []prometheus.Collector{m.lag, m.duration, m.failures, m.sessionsSet, m.sessionsCleaned, m.settingsPut, m.settingsDeleted, m.dirty, m.oldestDirty} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("deploy: register metrics: %w", err)
 			}

@@ -59,8 +59,6 @@ type deployedSnapshot struct {
 	ranges   []ranges.Range
 }
 
-var _ job = (*sessionDeploys)(nil)
-
 // deployed returns the last deployed snapshot of org since start.
 func (s *sessionDeploys) deployed(org string) (deployedSnapshot, bool) {
 	s.mu.Lock()
@@ -71,7 +69,9 @@ func (s *sessionDeploys) deployed(org string) (deployedSnapshot, bool) {
 	return deployedSnapshot{}, false
 }
 
-func (s *sessionDeploys) deploy(ctx context.Context, org string, full bool) (int64, bool, error) {
+// deploy publishes the sessions of view, org's current state, and records
+// what the IP Mapper then holds.
+func (s *sessionDeploys) deploy(ctx context.Context, org string, full bool, view orgstore.View) error {
 	s.mu.Lock()
 	st, ok := s.orgs[org]
 	if !ok {
@@ -81,12 +81,11 @@ func (s *sessionDeploys) deploy(ctx context.Context, org string, full bool) (int
 	base := *st
 	s.mu.Unlock()
 
-	snap, diff, gone, err := s.attempt(ctx, org, full, base)
+	snap, diff, err := s.attempt(ctx, org, full, base, view)
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	switch {
-	case err != nil:
+	if err != nil {
 		if diff != nil && st.held != nil {
 			if st.unconfirmed == nil {
 				st.unconfirmed = map[string]struct{}{}
@@ -95,12 +94,7 @@ func (s *sessionDeploys) deploy(ctx context.Context, org string, full bool) (int
 				st.unconfirmed[ss.ID] = struct{}{}
 			}
 		}
-		return 0, false, err
-	case gone:
-		// Forgotten: were the organisation created again, its first
-		// deploy republishes in full and cleans older revisions.
-		delete(s.orgs, org)
-		return 0, true, nil
+		return err
 	}
 	st.deployed = &deployedSnapshot{version: snap.Version, prefixes: snap.Prefixes, ranges: snap.Ranges}
 	st.held = make(map[string]struct{}, len(snap.Sessions))
@@ -109,7 +103,7 @@ func (s *sessionDeploys) deploy(ctx context.Context, org string, full bool) (int
 	}
 	st.revision = diff.Revision
 	st.unconfirmed = nil
-	return snap.Version, false, nil
+	return nil
 }
 
 // attempt computes and publishes one deploy against base. base.held is nil
@@ -117,23 +111,16 @@ func (s *sessionDeploys) deploy(ctx context.Context, org string, full bool) (int
 // everything is republished under a fresh revision and older revisions are
 // cleaned, which leaves no stale and no duplicate session whatever happened
 // before. On a failed publish the diff is returned with the error.
-func (s *sessionDeploys) attempt(ctx context.Context, org string, full bool, base sessionState) (*Snapshot, *Diff, bool, error) {
-	view, err := s.store.ReadOverrides(ctx, org, orgstore.Identity)
-	if errors.Is(err, orgstore.ErrOrgNotFound) {
-		return nil, nil, true, s.cleanDeleted(ctx, org)
-	}
-	if err != nil {
-		return nil, nil, false, fmt.Errorf("read %s: %w", org, err)
-	}
+func (s *sessionDeploys) attempt(ctx context.Context, org string, full bool, base sessionState, view orgstore.View) (*Snapshot, *Diff, error) {
 	snap := Compute(org, view)
-
 	diff := Diff{Org: org, Revision: base.revision}
 	if full || base.held == nil {
+		var err error
 		if diff.Revision, err = s.store.NextRevision(ctx, org); errors.Is(err, orgstore.ErrOrgNotFound) {
 			// Deleted between the two reads; the next deploy cleans it.
-			return nil, nil, false, err
+			return nil, nil, err
 		} else if err != nil {
-			return nil, nil, false, fmt.Errorf("next revision of %s: %w", org, err)
+			return nil, nil, fmt.Errorf("next revision of %s: %w", org, err)
 		}
 		diff.Set = sortedSessions(snap.Sessions)
 		diff.CleanBelowRevision = diff.Revision
@@ -147,28 +134,21 @@ func (s *sessionDeploys) attempt(ctx context.Context, org string, full bool, bas
 		diff.Set[i].Revision = diff.Revision
 	}
 	if err := s.publish(ctx, diff); err != nil {
-		return nil, &diff, false, err
+		return nil, &diff, err
 	}
-	return snap, &diff, false, nil
+	return snap, &diff, nil
 }
 
-// cleanDeleted cleans every session of a deleted organisation, then forgets
-// the store's record of the delete. The record is read before the clean, so
-// a later delete of the same id (another record) stays pending.
-func (s *sessionDeploys) cleanDeleted(ctx context.Context, org string) error {
-	rec, pending, err := s.store.DeletedOrg(ctx, org)
-	if err != nil {
-		return fmt.Errorf("read delete of %s: %w", org, err)
-	}
+// clean removes every session of a deleted organisation and forgets it:
+// were the organisation created again, its first deploy republishes in
+// full and cleans older revisions.
+func (s *sessionDeploys) clean(ctx context.Context, org string) error {
 	if err := s.publish(ctx, Diff{Org: org, CleanOrg: true}); err != nil {
 		return err
 	}
-	if pending {
-		if err := s.store.ForgetDeletedOrg(ctx, rec); err != nil {
-			// The clean is done; the next scan repeats it, which is harmless.
-			s.log.Warn("forgetting a cleaned organisation failed", "org", org, "err", err)
-		}
-	}
+	s.mu.Lock()
+	delete(s.orgs, org)
+	s.mu.Unlock()
 	return nil
 }
 

@@ -47,14 +47,12 @@ func (n *notifyRecorder) Notify(org string) {
 	n.Deployer.Notify(org)
 }
 
-// NotifyGlobal counts, and forwards once the deployer has one of its own.
+// NotifyGlobal counts and forwards.
 func (n *notifyRecorder) NotifyGlobal() {
 	n.mu.Lock()
 	n.global++
 	n.mu.Unlock()
-	if g, ok := any(n.Deployer).(GlobalNotifier); ok {
-		g.NotifyGlobal()
-	}
+	n.Deployer.NotifyGlobal()
 }
 
 // counts returns the notifications of org and the global ones so far.

@@ -47,11 +47,12 @@ type Store interface {
 	DeleteGlobalSettings(ctx context.Context) (int64, error)
 }
 
-// Deployer is what the API needs from the deploy pipeline. A Deployer that
-// also implements GlobalNotifier is told of writes of the global settings
-// layer.
+// Deployer is what the API needs from the deploy pipeline.
 type Deployer interface {
 	Notify(org string)
+	// NotifyGlobal is Notify for the global settings layer, which has no
+	// organisation.
+	NotifyGlobal()
 	Redeploy(org string)
 	Status(org string) deploy.Status
 }
@@ -74,9 +75,7 @@ type Config struct {
 type API struct {
 	store  Store
 	deploy Deployer
-	// notifyGlobal tells the deployer of a global settings write.
-	notifyGlobal func()
-	log          *slog.Logger
+	log    *slog.Logger
 }
 
 // New returns the API; Register mounts it.
@@ -89,12 +88,6 @@ func New(cfg Config) (*API, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	a := &API{store: cfg.Store, deploy: cfg.Deployer, log: log}
-	if g, ok := cfg.Deployer.(GlobalNotifier); ok {
-		a.notifyGlobal = g.NotifyGlobal
-	} else {
-		log.Warn(noGlobalNotifier)
-		a.notifyGlobal = func() {}
-	}
 	return a, nil
 }
 

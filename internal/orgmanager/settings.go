@@ -19,14 +19,6 @@ import (
 // scoped by at most one query parameter; the effective policy of one
 // subscriber; and the global layer, outside the /org tree.
 
-// GlobalNotifier is what the API needs of the deployer for the global
-// settings layer, which has no organisation to Notify. A Deployer that
-// implements it is told of every global write, after the commit and before
-// the response; see New.
-type GlobalNotifier interface {
-	NotifyGlobal()
-}
-
 // scopeParams are the scope parameters, least specific first.
 var scopeParams = []string{"profile", "location", "username", "deviceid"}
 
@@ -347,7 +339,7 @@ func (a *API) deleteGlobalSettings(w http.ResponseWriter, r *http.Request) {
 // writtenGlobal finishes a successful write of the global layer as written
 // does an organisation's: the deployer learns of it before the client.
 func (a *API) writtenGlobal(w http.ResponseWriter, version int64, status int, body any) {
-	a.notifyGlobal()
+	a.deploy.NotifyGlobal()
 	setSettingsVersion(w, version)
 	if body == nil {
 		w.WriteHeader(status)
@@ -355,7 +347,3 @@ func (a *API) writtenGlobal(w http.ResponseWriter, version int64, status int, bo
 	}
 	httpapi.WriteJSON(w, status, body)
 }
-
-// noGlobalNotifier is logged by New when the deployer cannot be told of
-// global writes.
-const noGlobalNotifier = "orgmanager: the deployer has no NotifyGlobal: writes of the global settings layer are stored but not deployed"

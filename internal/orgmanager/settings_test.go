@@ -10,9 +10,7 @@ import (
 	"testing"
 	_ "time/tzdata" // schedules name IANA zones: not the machine's zoneinfo
 
-	"github.com/svc-pf/svc-pf/internal/deploy"
 	"github.com/svc-pf/svc-pf/internal/identity"
-	"github.com/svc-pf/svc-pf/internal/orgstore/storetest"
 	"github.com/svc-pf/svc-pf/internal/settings"
 )
 
@@ -496,20 +494,4 @@ func TestSettingsMethodsAndVersions(t *testing.T) {
 			}
 		}
 	})
-}
-
-// TestSettingsWithoutGlobalNotifier: a deployer without NotifyGlobal still
-// serves the global layer (stored, not deployed), and says so at start.
-func TestSettingsWithoutGlobalNotifier(t *testing.T) {
-	type plain struct{ Deployer }
-	store := storetest.Open(t, storetest.SQLite)
-	d, err := deploy.New(deploy.Config{Store: store})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := New(Config{Store: store, Deployer: plain{d}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.notifyGlobal() // a no-op, not a nil call
 }
