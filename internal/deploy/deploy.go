@@ -169,7 +169,7 @@ func New(cfg Config) (*Deployer, error) {
 	sched.metrics = m
 	sessions := &sessionDeploys{
 		store: cfg.Store, publisher: cfg.Publisher, publishTimeout: cfg.PublishTimeout,
-		log: log, metrics: m, orgs: map[string]*sessionState{},
+		metrics: m, orgs: map[string]*sessionState{},
 	}
 	j := &orgJob{store: cfg.Store, sessions: sessions, log: log}
 	if cfg.Settings != nil {

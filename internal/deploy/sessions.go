@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"maps"
 	"net/netip"
 	"slices"
@@ -27,7 +26,6 @@ type sessionDeploys struct {
 	store          Store
 	publisher      Publisher
 	publishTimeout time.Duration
-	log            *slog.Logger
 	metrics        *metrics
 
 	mu   sync.Mutex
