@@ -230,52 +230,42 @@ func (a *API) effectiveSettings(w http.ResponseWriter, r *http.Request, org stri
 		a.fail(w, r, err)
 		return
 	}
-	var (
-		byKind   = map[settings.ScopeKind]*settings.Document{}
-		profiles = map[int]*settings.Document{}
-	)
-	for _, s := range stored.Docs {
-		d, err := parse(s.Scope.Layer(org), s.Doc)
+	// The one layer rule (settings.Stack), as the nodes apply it.
+	stack := settings.Stack{
+		Global:   settings.Layer{Name: settings.LayerGlobal, Doc: global},
+		Org:      settings.Layer{Name: settings.Scope{Kind: settings.ScopeOrg}.Layer(org)},
+		Profiles: map[int]settings.Layer{},
+		Location: settings.Layer{Name: settings.Scope{Kind: settings.ScopeLocation, Value: lq.Location}.Layer(org)},
+		Username: settings.Layer{Name: settings.Scope{Kind: settings.ScopeUsername, Value: lq.Username}.Layer(org)},
+		DeviceID: settings.Layer{Name: settings.Scope{Kind: settings.ScopeDeviceID, Value: lq.DeviceID}.Layer(org)},
+	}
+	for _, sd := range stored.Docs {
+		d, err := parse(sd.Scope.Layer(org), sd.Doc)
 		if err != nil {
 			a.fail(w, r, err)
 			return
 		}
-		if s.Scope.Kind == settings.ScopeProfile {
-			profiles[s.Scope.Profile] = d
-		} else {
-			byKind[s.Scope.Kind] = d
+		switch sd.Scope.Kind {
+		case settings.ScopeOrg:
+			stack.Org.Doc = d
+		case settings.ScopeProfile:
+			stack.Profiles[sd.Scope.Profile] = settings.Layer{Name: sd.Scope.Layer(org), Doc: d}
+		case settings.ScopeLocation:
+			stack.Location.Doc = d
+		case settings.ScopeUsername:
+			stack.Username.Doc = d
+		case settings.ScopeDeviceID:
+			stack.DeviceID.Doc = d
 		}
-	}
-	orgDoc, loc, user, dev := byKind[settings.ScopeOrg], byKind[settings.ScopeLocation], byKind[settings.ScopeUsername], byKind[settings.ScopeDeviceID]
-	n, selected := lq.Profile, lq.HasProfile
-	if !selected {
-		n, selected = settings.ProfileOf(global, orgDoc, loc, user, dev)
 	}
 	body := effectiveBody{Layers: []string{}}
-	layers := []settings.Layer{
-		{Name: settings.LayerGlobal, Doc: global},
-		{Name: settings.Scope{Kind: settings.ScopeOrg}.Layer(org), Doc: orgDoc},
-	}
-	if selected {
+	if n, ok := stack.Profile(lq.Profile, lq.HasProfile); ok {
 		body.Profile = &n
-		layers = append(layers, settings.Layer{Name: settings.Scope{Kind: settings.ScopeProfile, Profile: n}.Layer(org), Doc: profiles[n]})
 	}
-	for _, l := range []struct {
-		kind  settings.ScopeKind
-		value string
-		doc   *settings.Document
-	}{
-		{settings.ScopeLocation, lq.Location, loc},
-		{settings.ScopeUsername, lq.Username, user},
-		{settings.ScopeDeviceID, lq.DeviceID, dev},
-	} {
-		layers = append(layers, settings.Layer{Name: settings.Scope{Kind: l.kind, Value: l.value}.Layer(org), Doc: l.doc})
-	}
+	layers := stack.AppendLayers(make([]settings.Layer, 0, settings.MaxLayers), lq.Profile, lq.HasProfile)
 	e := settings.Merge(layers...)
 	for _, l := range layers {
-		if l.Doc != nil {
-			body.Layers = append(body.Layers, l.Name)
-		}
+		body.Layers = append(body.Layers, l.Name)
 	}
 	body.Settings, body.Origin, body.Fingerprint = &e.Document, e.Origin, e.Fingerprint
 	setVersion(w, stored.Version)

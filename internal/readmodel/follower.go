@@ -2,7 +2,8 @@
 // control plane's JetStream key-value buckets (DESIGN.md §1, §7): one
 // generic Follower that loads a bucket and follows it, and, in its
 // subpackages, the read models built on it (sessions/: the IP → subscriber
-// index; settings next).
+// index; settings/: the settings layers). The feed index (feeds/) is polled
+// from feed directories, not followed from a bucket.
 //
 // Data flow: producer (IP Mapper, orgmanager) → KV bucket → (watch) →
 // Follower.Run → Model.Load / Model.Apply → an immutable snapshot behind an
