@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"unicode/utf8"
 
 	"github.com/svc-pf/svc-pf/internal/session"
 )
@@ -178,10 +179,14 @@ func (r *CleanSessionsRequest) Mode() (CleanMode, error) {
 }
 
 // Truncate bounds a caller's string quoted in an error, which may be a
-// header value and is always a log line.
+// header value and is always a log line. It cuts at a rune boundary, so a
+// valid string stays valid UTF-8.
 func Truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
 	return s[:n] + "…"
 }
