@@ -33,10 +33,10 @@ func BenchmarkPutToVisible(b *testing.B) {
 	}{{"back-to-back", 0}, {"paced-50/s", 20 * time.Millisecond}} {
 		b.Run(c.name, func(b *testing.B) {
 			bs := startBus(b)
-			kv := createBucket(b, bs.js)
+			kv := createBucket(b, bs.JS)
 			base := mkSession("org", 1, "u", "10.0.0.0/32")
 			put(b, kv, base)
-			r := startIndex(b, bs.js)
+			r := startIndex(b, bs.JS)
 			r.waitReady(b)
 			var lat []time.Duration
 			rev := base.Revision
@@ -94,11 +94,11 @@ func BenchmarkColdLoad(b *testing.B) {
 				b.Skip("1M sessions: run without -short")
 			}
 			bs := startBus(b)
-			createBucket(b, bs.js)
-			fill(b, bs.js, n)
+			createBucket(b, bs.JS)
+			fill(b, bs.JS, n)
 			for b.Loop() {
 				h0 := heapInUse()
-				x, err := sessions.New(sessions.Config{JetStream: bs.js, Logger: testLogger(b)})
+				x, err := sessions.New(sessions.Config{JetStream: bs.JS, Logger: testLogger(b)})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -194,11 +194,11 @@ func BenchmarkReconcile(b *testing.B) {
 				b.Skip("1M sessions: run without -short")
 			}
 			bs := startBus(b)
-			kv := createBucket(b, bs.js)
-			fill(b, bs.js, n)
+			kv := createBucket(b, bs.JS)
+			fill(b, bs.JS, n)
 			keys := keySet{}
 			f, err := readmodel.New(readmodel.Config[string]{
-				Options: readmodel.Options{JetStream: bs.js, Bucket: session.Bucket, Logger: testLogger(b)},
+				Options: readmodel.Options{JetStream: bs.JS, Bucket: session.Bucket, Logger: testLogger(b)},
 				Decode:  func(key string, _ []byte) (string, error) { return key, nil },
 				Model:   keys,
 			})

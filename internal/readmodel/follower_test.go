@@ -7,106 +7,17 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"os"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/svc-pf/svc-pf/internal/identity"
-	"github.com/svc-pf/svc-pf/internal/natsbus"
+	"github.com/svc-pf/svc-pf/internal/natsbus/natstest"
 	"github.com/svc-pf/svc-pf/internal/readmodel/sessions"
 	"github.com/svc-pf/svc-pf/internal/session"
 )
-
-// waitFor is how long a test waits for the index to follow the bucket. It is
-// generous because a resume after a NATS restart involves reconnect back-off.
-const waitFor = 30 * time.Second
-
-func testLogger(t testing.TB) *slog.Logger {
-	if os.Getenv("SVCPF_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.DiscardHandler)
-}
-
-type bus struct {
-	t   testing.TB
-	dir string
-	srv *natsbus.Embedded
-	nc  *nats.Conn
-	js  jetstream.JetStream
-}
-
-// startBus starts an embedded NATS server and a client connection.
-func startBus(t testing.TB) *bus {
-	t.Helper()
-	b := &bus{t: t, dir: t.TempDir()}
-	b.start(0)
-	nc, err := natsbus.Connect(b.srv.ClientURL(), "readmodel-test", testLogger(t), false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.nc = nc
-	b.js, err = jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		nc.Close()
-		if b.srv != nil {
-			b.srv.Shutdown()
-		}
-	})
-	return b
-}
-
-func (b *bus) start(port int) {
-	b.t.Helper()
-	srv, err := natsbus.StartEmbedded(natsbus.EmbeddedConfig{StoreDir: b.dir, Port: port})
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	b.srv = srv
-}
-
-func (b *bus) stop() {
-	b.srv.Shutdown()
-	b.srv = nil
-}
-
-// writer is a separate client for producing changes, like the IP Mapper.
-func (b *bus) writer(url string) (jetstream.KeyValue, func()) {
-	b.t.Helper()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	kv, err := js.KeyValue(ctx, session.Bucket)
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	return kv, nc.Close
-}
-
-func createBucket(t testing.TB, js jetstream.JetStream) jetstream.KeyValue {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: session.Bucket, History: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return kv
-}
 
 func mkSession(org string, n int, user string, prefixes ...string) *session.Session {
 	s := &session.Session{Org: org, Revision: 1, Attributes: identity.Attributes{Username: user}, UpdatedAt: time.Unix(1_700_000_000, 0).UTC()}
@@ -126,24 +37,6 @@ func put(t testing.TB, kv jetstream.KeyValue, s *session.Session) {
 	putRaw(t, kv, s.ID, b)
 }
 
-func putRaw(t testing.TB, kv jetstream.KeyValue, key string, value []byte) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := kv.Put(ctx, key, value); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func del(t testing.TB, kv jetstream.KeyValue, key string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := kv.Delete(ctx, key); err != nil {
-		t.Fatal(err)
-	}
-}
-
 type running struct {
 	x    *sessions.Model
 	reg  *prometheus.Registry
@@ -158,22 +51,7 @@ func startIndex(t testing.TB, js jetstream.JetStream) *running {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- x.Run(ctx) }()
-	r := &running{x: x, reg: reg}
-	var stopped bool
-	var runErr error
-	r.stop = func() error {
-		if !stopped {
-			cancel()
-			runErr = <-done
-			stopped = true
-		}
-		return runErr
-	}
-	t.Cleanup(func() { _ = r.stop() })
-	return r
+	return &running{x: x, reg: reg, stop: natstest.Background(t, x.Run)}
 }
 
 func (r *running) waitReady(t testing.TB) {
@@ -185,41 +63,12 @@ func (r *running) waitReady(t testing.TB) {
 	}
 }
 
-// eventually polls cond until it holds, failing with the last explanation.
-func eventually(t testing.TB, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for {
-		ok, why := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not reached after %v: %s", what, waitFor, why)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // bucketSessions reads the bucket directly: the truth the index must match.
 func bucketSessions(t testing.TB, kv jetstream.KeyValue) map[string]string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	out := map[string]string{}
-	keys, err := kv.Keys(ctx)
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return out
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, k := range keys {
-		e, err := kv.Get(ctx, k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if s, err := session.Decode(k, e.Value()); err == nil {
+	for k, v := range natstest.Values(t, kv) {
+		if s, err := session.Decode(k, v); err == nil {
 			out[k] = describe(s)
 		}
 	}
@@ -272,7 +121,7 @@ func lookup(x *sessions.Model, addr string) string {
 
 func TestInitialSnapshotAndLiveUpdates(t *testing.T) {
 	b := startBus(t)
-	kv := createBucket(t, b.js)
+	kv := createBucket(t, b.JS)
 	alice := mkSession("org-a", 1, "alice", "10.0.0.0/24")
 	bob := mkSession("org-a", 2, "bob", "10.0.1.0/24", "2001:db8::/64")
 	gone := mkSession("org-b", 3, "", "192.0.2.0/24")
@@ -281,7 +130,7 @@ func TestInitialSnapshotAndLiveUpdates(t *testing.T) {
 	}
 	del(t, kv, gone.ID) // a delete marker in the initial snapshot
 
-	r := startIndex(t, b.js)
+	r := startIndex(t, b.JS)
 	r.waitReady(t)
 	x := r.x
 	if !x.Ready() {
@@ -378,7 +227,7 @@ func checkMetric(t testing.TB, reg *prometheus.Registry, name string, want float
 
 func TestWaitsForBucket(t *testing.T) {
 	b := startBus(t)
-	r := startIndex(t, b.js)
+	r := startIndex(t, b.JS)
 	time.Sleep(300 * time.Millisecond) // several retry intervals without a bucket
 	if r.x.Ready() {
 		t.Fatal("ready without a bucket")
@@ -386,7 +235,7 @@ func TestWaitsForBucket(t *testing.T) {
 	if r.x.Lag() <= 0 {
 		t.Error("Lag() should be positive before the initial snapshot")
 	}
-	kv := createBucket(t, b.js)
+	kv := createBucket(t, b.JS)
 	s := mkSession("org", 1, "", "10.0.0.0/8")
 	put(t, kv, s)
 	r.waitReady(t)
@@ -395,11 +244,11 @@ func TestWaitsForBucket(t *testing.T) {
 
 func TestInvalidValues(t *testing.T) {
 	b := startBus(t)
-	kv := createBucket(t, b.js)
+	kv := createBucket(t, b.JS)
 	good := mkSession("org", 1, "", "10.0.0.0/24")
 	put(t, kv, good)
 	putRaw(t, kv, "broken-at-load", []byte("{not json"))
-	r := startIndex(t, b.js)
+	r := startIndex(t, b.JS)
 	r.waitReady(t)
 	x := r.x
 	if x.Snapshot().Len() != 1 || lookup(x, "10.0.0.1") != good.ID {
@@ -442,24 +291,24 @@ func TestInvalidValues(t *testing.T) {
 // then changes the bucket: the index reconnects, resumes and converges.
 func TestResumeAfterRestart(t *testing.T) {
 	b := startBus(t)
-	kv := createBucket(t, b.js)
+	kv := createBucket(t, b.JS)
 	keep := mkSession("org", 1, "u1", "10.0.0.0/24")
 	change := mkSession("org", 2, "u2", "10.0.1.0/24")
 	drop := mkSession("org", 3, "u3", "10.0.2.0/24")
 	for _, s := range []*session.Session{keep, change, drop} {
 		put(t, kv, s)
 	}
-	r := startIndex(t, b.js)
+	r := startIndex(t, b.JS)
 	r.waitReady(t)
 
-	port := b.srv.Port()
-	b.stop()
+	port := b.Srv.Port()
+	b.StopServer()
 	eventually(t, "lag grows while disconnected", func() (bool, string) { return r.x.Lag() > 0, r.x.Lag().String() })
 	if r.x.Snapshot().Len() != 3 {
 		t.Fatal("snapshot lost sessions while NATS is down")
 	}
-	b.start(port)
-	wkv, closeW := b.writer(b.srv.ClientURL())
+	b.StartServer(port)
+	wkv, closeW := b.Writer(b.Srv.ClientURL(), session.Bucket)
 	defer closeW()
 	changed := *change
 	changed.Allocations = []netip.Prefix{netip.MustParsePrefix("10.7.0.0/16")}
@@ -487,20 +336,20 @@ func TestResumeAfterRestart(t *testing.T) {
 // again on the index's port.
 func TestChangesWhileAway(t *testing.T) {
 	b := startBus(t)
-	kv := createBucket(t, b.js)
+	kv := createBucket(t, b.JS)
 	var all []*session.Session
 	for i := 0; i < 20; i++ {
 		s := mkSession("org", i, fmt.Sprint("u", i), fmt.Sprintf("10.0.%d.0/24", i))
 		put(t, kv, s)
 		all = append(all, s)
 	}
-	r := startIndex(t, b.js)
+	r := startIndex(t, b.JS)
 	r.waitReady(t)
-	port := b.srv.Port()
-	b.stop()
+	port := b.Srv.Port()
+	b.StopServer()
 
-	b.start(0) // elsewhere: the index keeps trying the old port
-	wkv, closeW := b.writer(b.srv.ClientURL())
+	b.StartServer(0) // elsewhere: the index keeps trying the old port
+	wkv, closeW := b.Writer(b.Srv.ClientURL(), session.Bucket)
 	moved := *all[0]
 	moved.Allocations = []netip.Prefix{netip.MustParsePrefix("172.16.0.0/12")}
 	put(t, wkv, &moved)
@@ -514,10 +363,10 @@ func TestChangesWhileAway(t *testing.T) {
 	}
 	del(t, wkv, all[3].ID) // this marker survives
 	closeW()
-	b.stop()
+	b.StopServer()
 
-	b.start(port)
-	wkv, closeW = b.writer(b.srv.ClientURL())
+	b.StartServer(port)
+	wkv, closeW = b.Writer(b.Srv.ClientURL(), session.Bucket)
 	defer closeW()
 	converged(t, r.x, wkv)
 	for i, want := range map[int]string{0: "", 1: "", 2: "", 3: "", 4: all[4].ID} {
@@ -539,18 +388,18 @@ func TestChangesWhileAway(t *testing.T) {
 // contents: revisions restart, so only a full reload is correct.
 func TestBucketRecreated(t *testing.T) {
 	b := startBus(t)
-	kv := createBucket(t, b.js)
+	kv := createBucket(t, b.JS)
 	for i := 0; i < 5; i++ {
 		put(t, kv, mkSession("old", i, "", fmt.Sprintf("10.0.%d.0/24", i)))
 	}
-	r := startIndex(t, b.js)
+	r := startIndex(t, b.JS)
 	r.waitReady(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := b.js.DeleteKeyValue(ctx, session.Bucket); err != nil {
+	if err := b.JS.DeleteKeyValue(ctx, session.Bucket); err != nil {
 		t.Fatal(err)
 	}
-	kv = createBucket(t, b.js)
+	kv = createBucket(t, b.JS)
 	fresh := mkSession("new", 1, "", "192.0.2.0/24")
 	put(t, kv, fresh)
 	converged(t, r.x, kv)
@@ -565,13 +414,13 @@ func TestConfigAndRunErrors(t *testing.T) {
 	}
 	b := startBus(t)
 	reg := prometheus.NewRegistry()
-	if _, err := sessions.New(sessions.Config{JetStream: b.js, Registerer: reg}); err != nil {
+	if _, err := sessions.New(sessions.Config{JetStream: b.JS, Registerer: reg}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sessions.New(sessions.Config{JetStream: b.js, Registerer: reg}); err == nil {
+	if _, err := sessions.New(sessions.Config{JetStream: b.JS, Registerer: reg}); err == nil {
 		t.Error("registering the metrics twice: no error")
 	}
-	x, err := sessions.New(sessions.Config{JetStream: b.js})
+	x, err := sessions.New(sessions.Config{JetStream: b.JS})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -594,4 +443,28 @@ func TestConfigAndRunErrors(t *testing.T) {
 	if x.Snapshot() == nil || x.Snapshot().Len() != 0 {
 		t.Error("Snapshot before load must be an empty index")
 	}
+}
+
+// The bench: internal/natsbus/natstest, on the session.Bucket bucket.
+const waitFor = natstest.Wait
+
+func testLogger(t testing.TB) *slog.Logger { return natstest.Logger(t) }
+
+type bus struct{ *natstest.Bus }
+
+func startBus(t testing.TB) *bus { return &bus{natstest.Start(t)} }
+
+func createBucket(t testing.TB, js jetstream.JetStream) jetstream.KeyValue {
+	return natstest.CreateBucket(t, js, session.Bucket)
+}
+
+func putRaw(t testing.TB, kv jetstream.KeyValue, key string, value []byte) {
+	natstest.Put(t, kv, key, value)
+}
+
+func del(t testing.TB, kv jetstream.KeyValue, key string) { natstest.Delete(t, kv, key) }
+
+func eventually(t testing.TB, what string, cond func() (bool, string)) {
+	t.Helper()
+	natstest.Eventually(t, what, cond)
 }

@@ -140,12 +140,12 @@ func TestAgreesWithOrgmanager(t *testing.T) {
 	api := newOrgAPI(t)
 	api.call("PUT", "/org/acme", "", 200)
 	b := startBus(t)
-	kv := createBucket(t, b.js)
+	kv := createBucket(t, b.JS)
 	for _, d := range effectiveDocs {
 		api.call("PUT", settingsPath(t, d.key), d.doc, 200)
 		putDoc(t, kv, d.key, d.doc)
 	}
-	r := startModel(t, b.js)
+	r := startModel(t, b.JS)
 	r.waitReady(t)
 	s := r.m.Snapshot()
 	for _, c := range effectiveCases {

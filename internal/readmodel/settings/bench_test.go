@@ -30,10 +30,10 @@ func BenchmarkPutToVisible(b *testing.B) {
 	}{{"back-to-back", 0, 0}, {"paced-50/s", 20 * time.Millisecond, 0}, {"100k-orgs", 0, 100_000}} {
 		b.Run(c.name, func(b *testing.B) {
 			bs := startBus(b)
-			kv := createBucket(b, bs.js)
-			fill(b, bs.js, c.orgs)
+			kv := createBucket(b, bs.JS)
+			fill(b, bs.JS, c.orgs)
 			putDoc(b, kv, keyOrg("acme"), `{"safe_search": true}`)
-			r := startModel(b, bs.js)
+			r := startModel(b, bs.JS)
 			r.waitReady(b)
 			if got := r.m.Snapshot().Orgs(); got != c.orgs+1 {
 				b.Fatalf("loaded %d organisations, want %d", got, c.orgs+1)

@@ -2,110 +2,21 @@ package settingsmodel_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/svc-pf/svc-pf/internal/natsbus"
+	"github.com/svc-pf/svc-pf/internal/natsbus/natstest"
 	settingsmodel "github.com/svc-pf/svc-pf/internal/readmodel/settings"
 	"github.com/svc-pf/svc-pf/internal/settings"
 )
 
 // The helpers below are those of internal/readmodel/follower_test.go, for
 // the settings bucket.
-
-// waitFor is how long a test waits for the model to follow the bucket. It is
-// generous because a resume after a NATS restart involves reconnect back-off.
-const waitFor = 30 * time.Second
-
-func testLogger(t testing.TB) *slog.Logger {
-	if os.Getenv("SVCPF_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.DiscardHandler)
-}
-
-type bus struct {
-	t   testing.TB
-	dir string
-	srv *natsbus.Embedded
-	js  jetstream.JetStream
-}
-
-// startBus starts an embedded NATS server and a client connection.
-func startBus(t testing.TB) *bus {
-	t.Helper()
-	b := &bus{t: t, dir: t.TempDir()}
-	b.start(0)
-	nc, err := natsbus.Connect(b.srv.ClientURL(), "settings-readmodel-test", testLogger(t), false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.js, err = jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		nc.Close()
-		if b.srv != nil {
-			b.srv.Shutdown()
-		}
-	})
-	return b
-}
-
-func (b *bus) start(port int) {
-	b.t.Helper()
-	srv, err := natsbus.StartEmbedded(natsbus.EmbeddedConfig{StoreDir: b.dir, Port: port})
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	b.srv = srv
-}
-
-func (b *bus) stop() {
-	b.srv.Shutdown()
-	b.srv = nil
-}
-
-// writer is a separate client for producing changes, like the orgmanager's
-// deploy.
-func (b *bus) writer() (jetstream.KeyValue, func()) {
-	b.t.Helper()
-	nc, err := nats.Connect(b.srv.ClientURL())
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	kv, err := js.KeyValue(ctx, settings.Bucket)
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	return kv, nc.Close
-}
-
-func createBucket(t testing.TB, js jetstream.JetStream) jetstream.KeyValue {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: settings.Bucket, History: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return kv
-}
 
 func mustParse(t testing.TB, doc string) *settings.Document {
 	t.Helper()
@@ -122,24 +33,6 @@ func putDoc(t testing.TB, kv jetstream.KeyValue, key, doc string) {
 	putRaw(t, kv, key, []byte(mustParse(t, doc).String()))
 }
 
-func putRaw(t testing.TB, kv jetstream.KeyValue, key string, value []byte) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := kv.Put(ctx, key, value); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func del(t testing.TB, kv jetstream.KeyValue, key string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := kv.Delete(ctx, key); err != nil {
-		t.Fatal(err)
-	}
-}
-
 type running struct {
 	m    *settingsmodel.Model
 	reg  *prometheus.Registry
@@ -154,22 +47,7 @@ func startModel(t testing.TB, js jetstream.JetStream) *running {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx) }()
-	r := &running{m: m, reg: reg}
-	var stopped bool
-	var runErr error
-	r.stop = func() error {
-		if !stopped {
-			cancel()
-			runErr = <-done
-			stopped = true
-		}
-		return runErr
-	}
-	t.Cleanup(func() { _ = r.stop() })
-	return r
+	return &running{m: m, reg: reg, stop: natstest.Background(t, m.Run)}
 }
 
 func (r *running) waitReady(t testing.TB) {
@@ -181,45 +59,16 @@ func (r *running) waitReady(t testing.TB) {
 	}
 }
 
-// eventually polls cond until it holds, failing with the last explanation.
-func eventually(t testing.TB, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for {
-		ok, why := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not reached after %v: %s", what, waitFor, why)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // bucketDocs reads the bucket directly: the truth the model must match,
 // as key → canonical JSON of every value that decodes.
 func bucketDocs(t testing.TB, kv jetstream.KeyValue) map[string]string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	out := map[string]string{}
-	keys, err := kv.Keys(ctx)
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return out
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, k := range keys {
-		e, err := kv.Get(ctx, k)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for k, v := range natstest.Values(t, kv) {
 		if _, _, _, err := settings.ParseKey(k); err != nil {
 			continue
 		}
-		if d, err := settings.Parse(e.Value()); err == nil {
+		if d, err := settings.Parse(v); err == nil {
 			out[k] = d.String()
 		}
 	}
@@ -313,4 +162,28 @@ func names(ls []settings.Layer) []string {
 		out = append(out, l.Name)
 	}
 	return out
+}
+
+// The bench: internal/natsbus/natstest, on the settings.Bucket bucket.
+const waitFor = natstest.Wait
+
+func testLogger(t testing.TB) *slog.Logger { return natstest.Logger(t) }
+
+type bus struct{ *natstest.Bus }
+
+func startBus(t testing.TB) *bus { return &bus{natstest.Start(t)} }
+
+func createBucket(t testing.TB, js jetstream.JetStream) jetstream.KeyValue {
+	return natstest.CreateBucket(t, js, settings.Bucket)
+}
+
+func putRaw(t testing.TB, kv jetstream.KeyValue, key string, value []byte) {
+	natstest.Put(t, kv, key, value)
+}
+
+func del(t testing.TB, kv jetstream.KeyValue, key string) { natstest.Delete(t, kv, key) }
+
+func eventually(t testing.TB, what string, cond func() (bool, string)) {
+	t.Helper()
+	natstest.Eventually(t, what, cond)
 }

@@ -21,14 +21,14 @@ import (
 
 func TestInitialLoadAndLiveUpdates(t *testing.T) {
 	b := startBus(t)
-	kv := createBucket(t, b.js)
+	kv := createBucket(t, b.JS)
 	putDoc(t, kv, keyG, `{"safe_search": true, "blocked_categories": [9]}`)
 	putDoc(t, kv, keyOrg("acme"), `{"blocked_categories": [3, 1]}`)
 	putDoc(t, kv, keyU("acme", "alice"), `{"paused": true}`)
 	putDoc(t, kv, keyOrg("gone"), `{}`)
 	del(t, kv, keyOrg("gone")) // a delete marker in the initial contents
 
-	r := startModel(t, b.js)
+	r := startModel(t, b.JS)
 	r.waitReady(t)
 	m := r.m
 	if !m.Ready() {
@@ -99,7 +99,7 @@ func TestInitialLoadAndLiveUpdates(t *testing.T) {
 // combination of a subscriber's attributes.
 func TestEveryScope(t *testing.T) {
 	b := startBus(t)
-	kv := createBucket(t, b.js)
+	kv := createBucket(t, b.JS)
 	const org = "Acme Corp/EU.west>*"
 	docs := map[string]string{
 		keyG:                               `{"action": {"type": "refused"}}`,
@@ -115,7 +115,7 @@ func TestEveryScope(t *testing.T) {
 	for k, d := range docs {
 		putDoc(t, kv, k, d)
 	}
-	r := startModel(t, b.js)
+	r := startModel(t, b.JS)
 	r.waitReady(t)
 	converged(t, r.m, kv)
 	s := r.m.Snapshot()
@@ -160,12 +160,12 @@ func TestEveryScope(t *testing.T) {
 // refuses is skipped and counted, and removes what the key held.
 func TestInvalidKeysAndValues(t *testing.T) {
 	b := startBus(t)
-	kv := createBucket(t, b.js)
+	kv := createBucket(t, b.JS)
 	putDoc(t, kv, keyOrg("acme"), `{"paused": true}`)
 	putDoc(t, kv, keyU("acme", "alice"), `{"paused": false}`)
 	putRaw(t, kv, "org.YQ=.org", []byte(`{}`))                      // padded base64: no canonical key
 	putRaw(t, kv, keyU("acme", "bob"), []byte(`{"paused": "yes"}`)) // a value of the wrong type
-	r := startModel(t, b.js)
+	r := startModel(t, b.JS)
 	r.waitReady(t)
 	m := r.m
 	if m.Snapshot().Len() != 2 {
@@ -206,23 +206,23 @@ func TestInvalidKeysAndValues(t *testing.T) {
 // converges.
 func TestResumeAfterRestart(t *testing.T) {
 	b := startBus(t)
-	kv := createBucket(t, b.js)
+	kv := createBucket(t, b.JS)
 	putDoc(t, kv, keyG, `{"safe_search": true}`)
 	putDoc(t, kv, keyOrg("acme"), `{"profile": 1}`)
 	putDoc(t, kv, keyP("acme", 1), `{"paused": true}`)
 	putDoc(t, kv, keyU("acme", "alice"), `{"paused": false}`)
-	r := startModel(t, b.js)
+	r := startModel(t, b.JS)
 	r.waitReady(t)
 	v0 := r.m.Version("acme")
 
-	port := b.srv.Port()
-	b.stop()
+	port := b.Srv.Port()
+	b.StopServer()
 	eventually(t, "lag grows while disconnected", func() (bool, string) { return r.m.Lag() > 0, r.m.Lag().String() })
 	if r.m.Snapshot().Len() != 4 {
 		t.Fatal("snapshot lost documents while NATS is down")
 	}
-	b.start(port)
-	wkv, closeW := b.writer()
+	b.StartServer(port)
+	wkv, closeW := b.Writer(b.Srv.ClientURL(), settings.Bucket)
 	defer closeW()
 	putDoc(t, wkv, keyOrg("acme"), `{"profile": 2}`)
 	putDoc(t, wkv, keyP("acme", 2), `{"blocklist": ["two.example"]}`)
@@ -303,11 +303,11 @@ var effectiveCases = []effectiveCase{
 // TestEffectiveSettings).
 func TestLayersRule(t *testing.T) {
 	b := startBus(t)
-	kv := createBucket(t, b.js)
+	kv := createBucket(t, b.JS)
 	for _, d := range effectiveDocs {
 		putDoc(t, kv, d.key, d.doc)
 	}
-	r := startModel(t, b.js)
+	r := startModel(t, b.JS)
 	r.waitReady(t)
 	s := r.m.Snapshot()
 	for _, c := range effectiveCases {
@@ -338,9 +338,9 @@ func TestLayersRule(t *testing.T) {
 // merged policy (the property a policy cache keys on). Run with -race.
 func TestConcurrentReaders(t *testing.T) {
 	b := startBus(t)
-	kv := createBucket(t, b.js)
+	kv := createBucket(t, b.JS)
 	putDoc(t, kv, keyOrg("acme"), `{"profile": 1}`)
-	r := startModel(t, b.js)
+	r := startModel(t, b.JS)
 	r.waitReady(t)
 
 	var stop atomic.Bool
@@ -398,14 +398,14 @@ func TestConfig(t *testing.T) {
 	}
 	b := startBus(t)
 	reg := prometheus.NewRegistry()
-	if _, err := settingsmodel.New(settingsmodel.Config{JetStream: b.js, Registerer: reg}); err != nil {
+	if _, err := settingsmodel.New(settingsmodel.Config{JetStream: b.JS, Registerer: reg}); err != nil {
 		t.Fatal(err)
 	}
 	checkMetric(t, reg, "svcpf_readmodel_ready", 0) // labelled bucket="settings" (metric checks it)
-	if _, err := settingsmodel.New(settingsmodel.Config{JetStream: b.js, Registerer: reg}); err == nil {
+	if _, err := settingsmodel.New(settingsmodel.Config{JetStream: b.JS, Registerer: reg}); err == nil {
 		t.Error("registering the metrics twice: no error")
 	}
-	m, err := settingsmodel.New(settingsmodel.Config{JetStream: b.js, RetryInterval: 50 * time.Millisecond})
+	m, err := settingsmodel.New(settingsmodel.Config{JetStream: b.JS, RetryInterval: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -428,7 +428,7 @@ func TestConfig(t *testing.T) {
 	if m.Ready() || m.Lag() <= 0 {
 		t.Error("ready without a bucket")
 	}
-	createBucket(t, b.js) // the model waits for the bucket
+	createBucket(t, b.JS) // the model waits for the bucket
 	rctx, rcancel := context.WithTimeout(context.Background(), waitFor)
 	defer rcancel()
 	if err := m.WaitReady(rctx); err != nil {
