@@ -234,14 +234,20 @@ func readOrgSettings(ctx context.Context, tx *sql.Tx, orgPK int64) ([]ScopedSett
 		return nil, fmt.Errorf("orgstore: read settings: %w", err)
 	}
 	defer rows.Close()
+	return scanOrgSettings(rows.Next, rows.Scan, rows.Err)
+}
+
+// scanOrgSettings reads the rows of the settings query, whichever driver's
+// rows (database/sql's or pgx's) next, scan and rowsErr belong to.
+func scanOrgSettings(next func() bool, scan func(...any) error, rowsErr func() error) ([]ScopedSettings, error) {
 	var out []ScopedSettings
-	for rows.Next() {
+	for next() {
 		var (
 			kind  int64
 			value string
 			doc   []byte
 		)
-		if err := rows.Scan(&kind, &value, &doc); err != nil {
+		if err := scan(&kind, &value, &doc); err != nil {
 			return nil, fmt.Errorf("orgstore: read settings: %w", err)
 		}
 		sc, err := scopeFromKey(kind, value)
@@ -250,7 +256,7 @@ func readOrgSettings(ctx context.Context, tx *sql.Tx, orgPK int64) ([]ScopedSett
 		}
 		out = append(out, ScopedSettings{Scope: sc, Doc: doc})
 	}
-	if err := rows.Err(); err != nil {
+	if err := rowsErr(); err != nil {
 		return nil, fmt.Errorf("orgstore: read settings: %w", err)
 	}
 	sortProfiles(out)
