@@ -370,3 +370,16 @@ func AppendLine(dst []byte, l Line) []byte {
 	}
 	return append(dst, '\n')
 }
+
+// Category is one code one feed gives a looked-up name.
+type Category struct {
+	Code  uint16
+	Title string // from the feed's feed-codes.json; "" when it has none
+	Feed  string // the feed's configured name
+	// Name and Path are the feed entry that matched: the name asked for or
+	// the parent that matched, and the entry's path ("" for a name entry).
+	Name, Path string
+}
+
+// Key is the feed key that matched, name[/path] (DESIGN.md §6.4 "match").
+func (c Category) Key() string { return c.Name + c.Path }

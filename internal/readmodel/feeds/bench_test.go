@@ -38,7 +38,7 @@ var setLookupCases = []struct{ name, path string }{
 // TestLookupDoesNotAllocate: the resolver calls Lookup for every query.
 func TestLookupDoesNotAllocate(t *testing.T) {
 	s := lookupBenchSet(t, 10_000)
-	dst := make([]Category, 0, 16)
+	dst := make([]feed.Category, 0, 16)
 	for _, c := range setLookupCases {
 		if n := testing.AllocsPerRun(100, func() { dst = s.Lookup(c.name, c.path, dst[:0]) }); n != 0 {
 			t.Errorf("Lookup(%q, %q) allocates %v times", c.name, c.path, n)
@@ -51,7 +51,7 @@ func TestLookupDoesNotAllocate(t *testing.T) {
 
 func BenchmarkLookup(b *testing.B) {
 	s := lookupBenchSet(b, 100_000)
-	dst := make([]Category, 0, 16)
+	dst := make([]feed.Category, 0, 16)
 	for _, c := range setLookupCases {
 		b.Run(c.name+c.path, func(b *testing.B) {
 			b.ReportAllocs()

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/svc-pf/svc-pf/internal/feed"
 )
 
@@ -257,7 +258,7 @@ func validFeedName(s string) bool {
 func (c *Client) Set() *Set { return c.set.Load() }
 
 // Lookup is c.Set().Lookup.
-func (c *Client) Lookup(name, path string, dst []Category) []Category {
+func (c *Client) Lookup(name, path string, dst []feed.Category) []feed.Category {
 	return c.set.Load().Lookup(name, path, dst)
 }
 

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/svc-pf/svc-pf/internal/feed"
 )
 
@@ -485,7 +486,7 @@ func TestTwoFeedsUniteCodes(t *testing.T) {
 	c := newTestClient(t, []FeedConfig{{Name: "ads", URL: a.dir}, {Name: "security", URL: srv.url()}}, nil)
 	c.mustPoll()
 	got := c.Set().Lookup("x.ads.example.com", "/", nil)
-	want := []Category{
+	want := []feed.Category{
 		{Code: 1, Title: "Ads", Feed: "ads", Name: "ads.example.com"},
 		{Code: 1, Title: "Advertising", Feed: "security", Name: "example.com"},
 		{Code: 5, Title: "Phishing", Feed: "security", Name: "example.com"},
@@ -652,7 +653,7 @@ func TestConcurrentLookupDuringUpdates(t *testing.T) {
 	errs := make(chan error, 4)
 	for range 4 {
 		wg.Go(func() {
-			dst := make([]Category, 0, 4)
+			dst := make([]feed.Category, 0, 4)
 			seen := uint16(0)
 			for !stop.Load() {
 				set := c.Set()

@@ -46,19 +46,6 @@ func newCodeTable(c *feed.Codes) *codeTable {
 	return t
 }
 
-// Category is one code one feed gives a looked-up name.
-type Category struct {
-	Code  uint16
-	Title string // from the feed's feed-codes.json; "" when it has none
-	Feed  string // the feed's configured name
-	// Name and Path are the feed entry that matched: the name asked for or
-	// the parent that matched, and the entry's path ("" for a name entry).
-	Name, Path string
-}
-
-// Key is the feed key that matched, name[/path] (DESIGN.md §6.4 "match").
-func (c Category) Key() string { return c.Name + c.Path }
-
 // Lookup appends to dst the categories of name (a lower-case A-label; one
 // trailing dot is ignored) and path ("" or starting with '/'): for each
 // loaded feed in config order, the codes of its matching entry (DESIGN.md
@@ -66,7 +53,7 @@ func (c Category) Key() string { return c.Name + c.Path }
 // code order. Codes are united across feeds: a code two feeds give appears
 // once per feed, so each keeps its title and provenance. Lookup allocates
 // nothing when dst has room.
-func (s *Set) Lookup(name, path string, dst []Category) []Category {
+func (s *Set) Lookup(name, path string, dst []feed.Category) []feed.Category {
 	name = strings.TrimSuffix(name, ".")
 	for _, f := range s.feeds {
 		if f == nil {
@@ -77,7 +64,7 @@ func (s *Set) Lookup(name, path string, dst []Category) []Category {
 			continue
 		}
 		for _, code := range m.Codes {
-			dst = append(dst, Category{Code: code, Title: f.codes.titles[code], Feed: f.name, Name: m.Name, Path: m.Path})
+			dst = append(dst, feed.Category{Code: code, Title: f.codes.titles[code], Feed: f.name, Name: m.Name, Path: m.Path})
 		}
 	}
 	return dst

@@ -1,0 +1,361 @@
+package policy
+
+import (
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/svc-pf/svc-pf/internal/feed"
+)
+
+// Verdict is what the decision does with the query (DESIGN.md §6.3).
+type Verdict string
+
+// Verdicts.
+const (
+	VerdictAllow    Verdict = "allow"
+	VerdictBlock    Verdict = "block"
+	VerdictRedirect Verdict = "redirect"
+)
+
+// Action is how the answer is built (DESIGN.md §6.3).
+type Action string
+
+// Actions. ActionTruncate (TCP only) is RPZ's.
+const (
+	ActionAllow    Action = "allow"
+	ActionNXDomain Action = "nxdomain"
+	ActionNoData   Action = "nodata"
+	ActionRefused  Action = "refused"
+	ActionDrop     Action = "drop"
+	ActionTruncate Action = "truncate"
+	ActionRedirect Action = "redirect"
+	ActionCNAME    Action = "cname"
+)
+
+// Reason names the step that decided; it is also the name of a trace step.
+type Reason string
+
+// Reasons, in the order of evaluation.
+const (
+	ReasonFilteringOff Reason = "filtering_off"
+	ReasonAllowlist    Reason = "allowlist"
+	ReasonRPZ          Reason = "rpz"
+	ReasonBlocklist    Reason = "blocklist"
+	ReasonPaused       Reason = "paused"
+	ReasonSafeSearch   Reason = "safe_search"
+	ReasonCategory     Reason = "category"
+	ReasonNetwork      Reason = "network"
+	ReasonDefault      Reason = "default"
+)
+
+// Steps lists the steps of the evaluation order (DESIGN.md §6.3).
+func Steps() []Reason {
+	return []Reason{ReasonFilteringOff, ReasonAllowlist, ReasonRPZ, ReasonBlocklist, ReasonPaused,
+		ReasonSafeSearch, ReasonCategory, ReasonNetwork, ReasonDefault}
+}
+
+// Trace results: what a step found. A step that decided says "match" or
+// names what applied; the rule is Decision.Rule.
+const (
+	ResultNoMatch       = "no match"
+	ResultMatch         = "match"
+	ResultOn            = "filtering on"
+	ResultOff           = "filtering off"
+	ResultNotConfigured = "not configured"
+	ResultNotPaused     = "not paused"
+	ResultPausedSetting = "paused by settings"
+	ResultPausedWindow  = "paused by an open schedule"
+	ResultSafeSearchOff = "safe search off"
+	ResultNotEngine     = "not a search engine name"
+	ResultNoFeeds       = "no feeds"
+	ResultNoCategory    = "no category"
+	ResultNotBlocked    = "categories not blocked"
+	ResultBlocked       = "category blocked"
+	ResultNoAnswer      = "no answer address"
+	ResultNoNetworks    = "no blocked networks"
+	ResultAllow         = "allow"
+)
+
+// TraceEntry is one evaluated step.
+type TraceEntry struct {
+	Step   Reason `json:"step"`
+	Result string `json:"result"`
+}
+
+// Categories is the feeds' lookup: *feeds.Set. Lookup appends to dst the
+// categories of name[/path].
+type Categories interface {
+	Lookup(name, path string, dst []feed.Category) []feed.Category
+}
+
+// RPZ is the operator's response-policy zones (node config rpz, DESIGN.md
+// §6.3 step 3). Check reports whether a trigger matches; when it does it
+// sets d's Verdict, Action and Target and its rule (Decision.SetRule). Not
+// implemented yet: a nil RPZ is traced "not configured".
+type RPZ interface {
+	Check(in *Input, d *Decision) bool
+}
+
+// Metrics counts decisions; NopMetrics counts nothing. Implementations must
+// be safe for concurrent use and should not allocate.
+type Metrics interface {
+	Decided(v Verdict, r Reason)
+}
+
+// NopMetrics is a Metrics that counts nothing.
+type NopMetrics struct{}
+
+// Decided does nothing.
+func (NopMetrics) Decided(Verdict, Reason) {}
+
+// Input is one query.
+type Input struct {
+	// Domain is the query name: a lower-case A-label; a trailing dot is
+	// ignored.
+	Domain string
+	// Path is "" or a path starting with '/' (the simulator's; feed path
+	// entries match it).
+	Path string
+	// QType is the query type (informational: the decision does not depend
+	// on it; the answer builder does).
+	QType uint16
+	// AnswerAddr is the answer address (the simulator's rules_ip, the
+	// resolver's upstream A/AAAA); invalid when there is none.
+	AnswerAddr netip.Addr
+	// Time is when the query is asked: schedules are judged at it. The zero
+	// time opens no schedule.
+	Time time.Time
+	// RPZ is the node's RPZ zones; nil when none are configured.
+	RPZ RPZ
+	// LookupAlways looks the categories up even when a step before the
+	// category step decides (the simulator reports them); the resolver
+	// leaves it false and skips the lookup.
+	LookupAlways bool
+	// Metrics counts the decision; nil counts nothing.
+	Metrics Metrics
+}
+
+// Decision is the outcome of Decide.
+type Decision struct {
+	Verdict Verdict
+	Action  Action
+	Reason  Reason
+	// Target is the CNAME target: the engine's safe name under safe search,
+	// the action's target for a cname block.
+	Target string
+	// A and AAAA are the block page's addresses for a redirect block. They
+	// are the policy's: read only.
+	A, AAAA []netip.Addr
+	// Categories are the categories found for the domain, with their feeds
+	// and the matching feed keys (empty when not looked up).
+	Categories []feed.Category
+	// Matched is the index in Categories of the blocked category that
+	// decided, -1 when none did.
+	Matched int
+	// Trace is the evaluated steps in order; the last decided.
+	Trace []TraceEntry
+	// Fingerprint is the policy's fingerprint.
+	Fingerprint string
+
+	rule string // the rule, when not a category's
+}
+
+// Rule is the rule that fired: "blocklist:ads.example", "paused:settings",
+// "category:3 feed=threats key=bad.example", "network:10.0.0.0/8",
+// "safe_search:google", "filtering:false", "" for the default. It allocates
+// for a category rule only (the DNS path need not call it).
+func (d Decision) Rule() string {
+	if d.Reason == ReasonCategory && d.Matched >= 0 && d.Matched < len(d.Categories) {
+		c := d.Categories[d.Matched]
+		return "category:" + strconv.Itoa(int(c.Code)) + " feed=" + c.Feed + " key=" + c.Key()
+	}
+	return d.rule
+}
+
+// SetRule sets the rule text (for RPZ).
+func (d *Decision) SetRule(rule string) { d.rule = rule }
+
+// Reset empties d for reuse, keeping its buffers.
+func (d *Decision) Reset() {
+	*d = Decision{Categories: d.Categories[:0], Trace: d.Trace[:0], Matched: -1}
+}
+
+func (d *Decision) trace(step Reason, result string) {
+	d.Trace = append(d.Trace, TraceEntry{Step: step, Result: result})
+}
+
+// TraceCap is the capacity a reused Decision.Trace needs: one entry per step.
+const TraceCap = 9
+
+// Decide evaluates in against p (DESIGN.md §6.3) and returns a new
+// Decision. The DNS path uses DecideInto with a reused Decision instead.
+func Decide(in Input, p *Policy, cats Categories) Decision {
+	d := Decision{Trace: make([]TraceEntry, 0, TraceCap)}
+	DecideInto(&d, &in, p, cats)
+	return d
+}
+
+// DecideInto evaluates in against p into d, reusing d's Trace and
+// Categories buffers: with room for TraceCap trace entries and the
+// domain's categories it allocates nothing. The first step that applies
+// ends the evaluation; each evaluated step is a trace entry.
+func DecideInto(d *Decision, in *Input, p *Policy, cats Categories) {
+	d.Reset()
+	d.Fingerprint = p.fingerprint
+	name := strings.TrimSuffix(in.Domain, ".")
+	if !p.decide(d, in, name, cats) && in.LookupAlways && cats != nil {
+		d.Categories = cats.Lookup(name, in.Path, d.Categories[:0])
+	}
+	if in.Metrics != nil {
+		in.Metrics.Decided(d.Verdict, d.Reason)
+	}
+}
+
+func (d *Decision) allow(r Reason, rule string) {
+	d.Verdict, d.Action, d.Reason, d.rule = VerdictAllow, ActionAllow, r, rule
+}
+
+func (d *Decision) block(p *Policy, r Reason, rule string) {
+	d.Verdict, d.Reason, d.rule = VerdictBlock, r, rule
+	d.Action = p.action.action
+	switch p.action.action {
+	case ActionRedirect:
+		d.A, d.AAAA = p.action.a, p.action.aaaa
+	case ActionCNAME:
+		d.Target = p.action.target
+	}
+}
+
+// decide runs the steps; it reports whether the category step looked the
+// categories up.
+func (p *Policy) decide(d *Decision, in *Input, name string, cats Categories) (lookedUp bool) {
+	// 1. filtering off
+	if !p.filtering {
+		d.trace(ReasonFilteringOff, ResultOff)
+		d.allow(ReasonFilteringOff, "filtering:false")
+		return false
+	}
+	d.trace(ReasonFilteringOff, ResultOn)
+
+	// 2. allowlist
+	if r, ok := p.allow.match(name); ok {
+		d.trace(ReasonAllowlist, ResultMatch)
+		d.allow(ReasonAllowlist, r)
+		return false
+	}
+	d.trace(ReasonAllowlist, ResultNoMatch)
+
+	// 3. RPZ
+	if in.RPZ == nil {
+		d.trace(ReasonRPZ, ResultNotConfigured)
+	} else if in.RPZ.Check(in, d) {
+		d.trace(ReasonRPZ, ResultMatch)
+		d.Reason = ReasonRPZ
+		return false
+	} else {
+		d.trace(ReasonRPZ, ResultNoMatch)
+	}
+
+	// 4. blocklist
+	if r, ok := p.block.match(name); ok {
+		d.trace(ReasonBlocklist, ResultMatch)
+		d.block(p, ReasonBlocklist, r)
+		return false
+	}
+	d.trace(ReasonBlocklist, ResultNoMatch)
+
+	// 5. paused, by settings or an open schedule. The open windows are
+	// computed once, for step 7 too.
+	var open uint64
+	if !in.Time.IsZero() {
+		for i := range p.schedules {
+			if p.schedules[i].s.Open(in.Time) {
+				open |= 1 << i
+			}
+		}
+	}
+	if p.paused {
+		d.trace(ReasonPaused, ResultPausedSetting)
+		d.block(p, ReasonPaused, "paused:settings")
+		return false
+	}
+	for i := range p.schedules {
+		if open&(1<<i) != 0 && p.schedules[i].paused {
+			d.trace(ReasonPaused, ResultPausedWindow)
+			d.block(p, ReasonPaused, p.schedules[i].pausedRule)
+			return false
+		}
+	}
+	d.trace(ReasonPaused, ResultNotPaused)
+
+	// 6. safe search
+	if !p.safeSearch {
+		d.trace(ReasonSafeSearch, ResultSafeSearchOff)
+	} else if e, ok := safeNames[name]; ok {
+		d.trace(ReasonSafeSearch, ResultMatch)
+		d.Verdict, d.Action, d.Reason, d.rule = VerdictRedirect, ActionCNAME, ReasonSafeSearch, e.rule
+		d.Target = e.target
+		if e.engine == EngineYouTube {
+			d.Target = p.youtube
+		}
+		return false
+	} else {
+		d.trace(ReasonSafeSearch, ResultNotEngine)
+	}
+
+	// 7. category
+	if cats == nil {
+		d.trace(ReasonCategory, ResultNoFeeds)
+	} else {
+		d.Categories = cats.Lookup(name, in.Path, d.Categories[:0])
+		if len(d.Categories) == 0 {
+			d.trace(ReasonCategory, ResultNoCategory)
+		} else if i := p.blockedCategory(d.Categories, open); i >= 0 {
+			d.trace(ReasonCategory, ResultBlocked)
+			d.Matched = i
+			d.block(p, ReasonCategory, "")
+			return true
+		} else {
+			d.trace(ReasonCategory, ResultNotBlocked)
+		}
+	}
+
+	// 8. network
+	switch {
+	case p.networks == nil:
+		d.trace(ReasonNetwork, ResultNoNetworks)
+	case !in.AnswerAddr.IsValid():
+		d.trace(ReasonNetwork, ResultNoAnswer)
+	default:
+		if r, ok := p.networks.Lookup(in.AnswerAddr.Unmap()); ok {
+			d.trace(ReasonNetwork, ResultMatch)
+			d.block(p, ReasonNetwork, r)
+			return cats != nil
+		}
+		d.trace(ReasonNetwork, ResultNoMatch)
+	}
+
+	// 9. default
+	d.trace(ReasonDefault, ResultAllow)
+	d.allow(ReasonDefault, "")
+	return cats != nil
+}
+
+// blockedCategory returns the index of the first category blocked by the
+// settings or by an open schedule, -1 when none is.
+func (p *Policy) blockedCategory(cs []feed.Category, open uint64) int {
+	for i := range cs {
+		code := cs[i].Code
+		if p.categories.has(code) {
+			return i
+		}
+		for j := range p.schedules {
+			if open&(1<<j) != 0 && p.schedules[j].categories.has(code) {
+				return i
+			}
+		}
+	}
+	return -1
+}
