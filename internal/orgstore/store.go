@@ -120,7 +120,7 @@ const (
 	Full
 )
 
-// WithSettings, or-ed into a Detail (Identity|WithSettings), makes
+// WithSettings is or-ed into a Detail (Identity|WithSettings) to make
 // ReadOverrides also fill View.Settings with every settings document of the
 // organisation, from the same snapshot as the rest of the View. Without it
 // the settings table is not read.
