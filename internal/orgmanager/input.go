@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"net/url"
 
 	"github.com/svc-pf/svc-pf/internal/cidr"
 	"github.com/svc-pf/svc-pf/internal/httpapi"
@@ -129,4 +130,21 @@ func (p *prefixPatch) parse() (add, remove []netip.Prefix, err error) {
 		return nil, nil, err
 	}
 	return add, remove, nil
+}
+
+// specQuery parses the query string of a spec 1 endpoint: a malformed one
+// (`?cidr=bad%ZZ`) and a parameter of names given more than once
+// (`?confirm=true&confirm=false`) are 400s rather than silently read one
+// way. Other parameters are ignored, as spec 1 names none of them.
+func specQuery(raw string, names ...string) (url.Values, error) {
+	q, err := url.ParseQuery(raw)
+	if err != nil {
+		return nil, fmt.Errorf("invalid query string: %w", err)
+	}
+	for _, name := range names {
+		if len(q[name]) > 1 {
+			return nil, fmt.Errorf("parameter %s given more than once", name)
+		}
+	}
+	return q, nil
 }

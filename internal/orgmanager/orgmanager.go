@@ -191,7 +191,12 @@ func (a *API) getOrg(w http.ResponseWriter, r *http.Request, org string) {
 }
 
 func (a *API) deleteOrg(w http.ResponseWriter, r *http.Request, org string) {
-	if r.URL.Query().Get("confirm") != "true" {
+	q, err := specQuery(r.URL.RawQuery, "confirm")
+	if err != nil {
+		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if q.Get("confirm") != "true" {
 		httpapi.WriteError(w, http.StatusBadRequest, "deleting an organisation requires ?confirm=true")
 		return
 	}
@@ -287,7 +292,11 @@ func toBody(o orgstore.Override, cov *ranges.Coverage) overrideBody {
 }
 
 func (a *API) getOverrides(w http.ResponseWriter, r *http.Request, org string) {
-	q := r.URL.Query()
+	q, err := specQuery(r.URL.RawQuery, "cidr", "fields")
+	if err != nil {
+		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
+		return
+	}
 	if q.Has("cidr") {
 		a.getOverride(w, r, org, q.Get("cidr"))
 		return
@@ -362,7 +371,11 @@ func (a *API) postOverride(w http.ResponseWriter, r *http.Request, org string) {
 }
 
 func (a *API) deleteOverride(w http.ResponseWriter, r *http.Request, org string) {
-	q := r.URL.Query()
+	q, err := specQuery(r.URL.RawQuery, "cidr")
+	if err != nil {
+		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
+		return
+	}
 	if !q.Has("cidr") {
 		httpapi.WriteError(w, http.StatusBadRequest, "missing required parameter: cidr")
 		return
@@ -433,8 +446,13 @@ func batchOp(raw json.RawMessage) (orgstore.BatchOp, error) {
 }
 
 func (a *API) effectiveRanges(w http.ResponseWriter, r *http.Request, org string) {
+	q, err := specQuery(r.URL.RawQuery, "force_latest")
+	if err != nil {
+		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
+		return
+	}
 	var latest bool
-	switch r.URL.Query().Get("force_latest") {
+	switch q.Get("force_latest") {
 	case "", "0", "false":
 	case "1", "true":
 		latest = true
