@@ -48,13 +48,41 @@ Commands:
 `
 
 func buildVersion() string {
-	if version != "" {
-		return version
+	bi, _ := debug.ReadBuildInfo()
+	return formatVersion(version, bi)
+}
+
+// formatVersion is the version an operator reports: the release (the -X
+// flag, else the module version, else "dev") and the commit it was built
+// from, when the build recorded one, so that two "dev" builds can be told
+// apart.
+func formatVersion(release string, bi *debug.BuildInfo) string {
+	if release == "" {
+		release = "dev"
+		if bi != nil && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			release = bi.Main.Version
+		}
 	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
+	if bi == nil {
+		return release
 	}
-	return "dev"
+	var commit, modified, when string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			commit = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				modified = "+modified"
+			}
+		case "vcs.time":
+			when = ", " + s.Value
+		}
+	}
+	if commit == "" {
+		return release
+	}
+	return release + " (commit " + commit[:min(len(commit), 12)] + modified + when + ")"
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {

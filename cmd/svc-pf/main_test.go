@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"testing"
@@ -147,4 +148,25 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+func TestFormatVersion(t *testing.T) {
+	vcs := &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}, Settings: []debug.BuildSetting{
+		{Key: "vcs.revision", Value: "0123456789abcdef0123"}, {Key: "vcs.modified", Value: "true"},
+		{Key: "vcs.time", Value: "2026-11-24T00:00:00Z"}}}
+	for _, c := range []struct {
+		release string
+		bi      *debug.BuildInfo
+		want    string
+	}{
+		{"", nil, "dev"},
+		{"v1.2.3", nil, "v1.2.3"},
+		{"", &debug.BuildInfo{Main: debug.Module{Version: "v0.4.0"}}, "v0.4.0"},
+		{"", vcs, "dev (commit 0123456789ab+modified, 2026-11-24T00:00:00Z)"},
+		{"v1.2.3", vcs, "v1.2.3 (commit 0123456789ab+modified, 2026-11-24T00:00:00Z)"},
+	} {
+		if got := formatVersion(c.release, c.bi); got != c.want {
+			t.Errorf("formatVersion(%q) = %q, want %q", c.release, got, c.want)
+		}
+	}
 }
