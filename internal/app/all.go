@@ -69,7 +69,11 @@ func RunAll(ctx context.Context, cfg AllConfig, v Version, log *slog.Logger) err
 	if err != nil {
 		return err
 	}
-	return all.Run(ctx)
+	if err := all.Run(ctx); err != nil {
+		return err
+	}
+	log.Info("svc-pf all stopped")
+	return nil
 }
 
 // All is `svc-pf all`, started.

@@ -80,7 +80,11 @@ func RunIPMapper(ctx context.Context, cfg IPMapperConfig, v Version, log *slog.L
 	if err != nil {
 		return err
 	}
-	return m.Run(ctx)
+	if err := m.Run(ctx); err != nil {
+		return err
+	}
+	log.Info("svc-pf ipmapper stopped")
+	return nil
 }
 
 // IPMapper is a built IP Mapper with its health/metrics listener bound.

@@ -209,5 +209,9 @@ func RunOrgManager(ctx context.Context, cfg OrgManagerConfig, v Version, log *sl
 	if err != nil {
 		return err
 	}
-	return om.Run(ctx)
+	if err := om.Run(ctx); err != nil {
+		return err
+	}
+	log.Info("svc-pf orgmanager stopped")
+	return nil
 }

@@ -121,8 +121,13 @@ func Connect(url, name string, log *slog.Logger, retryOnFailedConnect bool) (*na
 		// meaning "not written"; every caller retries its writes and
 		// requests anyway.
 		nats.ReconnectBufSize(-1),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			log.Warn("NATS disconnected", "err", err)
+		nats.DisconnectErrHandler(func(c *nats.Conn, err error) {
+			if c.IsClosed() || err == nil {
+				// Our own Close at shutdown: nothing for an operator to do.
+				log.Debug("NATS connection closed")
+				return
+			}
+			log.Warn("NATS disconnected; reconnecting", "err", err)
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) {
 			log.Info("NATS reconnected", "url", c.ConnectedUrlRedacted())
