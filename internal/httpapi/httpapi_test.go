@@ -10,8 +10,10 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"math/big"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -381,4 +383,65 @@ func FuzzDecodeJSON(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestStalledBodyIsCut: a client that sends part of a body and then stops
+// loses its connection after BodyStallTimeout, while the handler gets an
+// error instead of waiting; a body that keeps arriving slowly is read whole.
+func TestStalledBodyIsCut(t *testing.T) {
+	r, err := NewRouter(RouterConfig{BodyStallTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 4)
+	r.Handle(http.MethodPost, "/echo", func(w http.ResponseWriter, req *http.Request) {
+		var v map[string]any
+		err := DecodeJSON(w, req, 1<<20, &v)
+		got <- err
+		if err != nil {
+			WriteError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		WriteJSON(w, http.StatusOK, v)
+	})
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+
+	send := func(parts []string, pause time.Duration, declared int) (string, time.Duration) {
+		conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		start := time.Now()
+		fmt.Fprintf(conn, "POST /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", declared)
+		for _, p := range parts {
+			if _, err := conn.Write([]byte(p)); err != nil {
+				break
+			}
+			time.Sleep(pause)
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, _ := io.ReadAll(conn)
+		return string(resp), time.Since(start)
+	}
+
+	// Stalled: 10 of 30 declared bytes, then nothing.
+	resp, took := send([]string{`{"a":"0123`}, 0, 30)
+	if took > 5*time.Second {
+		t.Fatalf("a stalled body held the connection for %v", took)
+	}
+	if err := <-got; err == nil {
+		t.Fatalf("the handler read a stalled body without an error; response %q", resp)
+	}
+	// Slow but steady: each part within the stall timeout, 1 s in all.
+	body := `{"a":"0123456789"}`
+	var parts []string
+	for i := 0; i < len(body); i += 3 {
+		parts = append(parts, body[i:min(i+3, len(body))])
+	}
+	resp, _ = send(parts, 150*time.Millisecond, len(body))
+	if err := <-got; err != nil || !strings.Contains(resp, "200 OK") {
+		t.Fatalf("a slow steady body was cut: %v; response %q", err, resp)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"path"
@@ -29,6 +30,11 @@ type Route struct {
 type RouterConfig struct {
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
+	// BodyStallTimeout is how long a request body may make no progress
+	// before its connection is closed (default 30s): a client that stalls
+	// mid-body must not hold a connection and a handler for minutes. A
+	// large body that keeps arriving is never cut off.
+	BodyStallTimeout time.Duration
 }
 
 // Router dispatches by path pattern (net/http ServeMux syntax, without the
@@ -45,6 +51,7 @@ type Router struct {
 	paths     map[string]map[string]http.HandlerFunc
 	metrics   *routerMetrics
 	unmatched http.Handler
+	stall     time.Duration
 }
 
 type routerMetrics struct {
@@ -81,7 +88,11 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 			}
 		}
 	}
-	r := &Router{mux: http.NewServeMux(), log: log, paths: map[string]map[string]http.HandlerFunc{}, metrics: m}
+	if cfg.BodyStallTimeout <= 0 {
+		cfg.BodyStallTimeout = 30 * time.Second
+	}
+	r := &Router{mux: http.NewServeMux(), log: log, paths: map[string]map[string]http.HandlerFunc{}, metrics: m,
+		stall: cfg.BodyStallTimeout}
 	r.unmatched = r.instrument("unmatched", func(w http.ResponseWriter, req *http.Request) {
 		WriteError(w, http.StatusNotFound, "no such endpoint: "+req.URL.Path)
 	})
@@ -156,6 +167,9 @@ func (r *Router) Routes() []Route {
 // check mirrors ServeMux's own (cleanPath on the escaped path; CONNECT paths
 // are left alone), so an escaped %2E%2E stays a path segment.
 func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if req.Body != nil && req.Body != http.NoBody {
+		req.Body = &stallGuard{body: req.Body, rc: http.NewResponseController(w), idle: r.stall}
+	}
 	if req.Method != http.MethodConnect {
 		if p := req.URL.EscapedPath(); cleanPath(p) != p {
 			r.unmatched.ServeHTTP(w, req)
@@ -273,3 +287,20 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 }
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// stallGuard gives every read of a request body a fresh read deadline of
+// idle, so a body must keep arriving, however long it is.
+type stallGuard struct {
+	body io.ReadCloser
+	rc   *http.ResponseController
+	idle time.Duration
+}
+
+func (g *stallGuard) Read(p []byte) (int, error) {
+	// An error means the connection cannot take deadlines (a test
+	// recorder): the body is then read without one.
+	_ = g.rc.SetReadDeadline(time.Now().Add(g.idle))
+	return g.body.Read(p)
+}
+
+func (g *stallGuard) Close() error { return g.body.Close() }
