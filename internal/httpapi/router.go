@@ -168,6 +168,9 @@ func (r *Router) Routes() []Route {
 // are left alone), so an escaped %2E%2E stays a path segment.
 func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if req.Body != nil && req.Body != http.NoBody {
+		// On a copy: the server looks at its own request's Body after the
+		// handler to decide how to finish the connection.
+		req = req.WithContext(req.Context())
 		req.Body = &stallGuard{body: req.Body, rc: http.NewResponseController(w), idle: r.stall}
 	}
 	if req.Method != http.MethodConnect {
