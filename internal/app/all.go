@@ -42,7 +42,7 @@ type AllConfig struct {
 // DefaultAllConfig is what runs when the file sets nothing.
 func DefaultAllConfig() AllConfig {
 	return AllConfig{
-		DataDir:    "data",
+		DataDir:    defaultDataDir,
 		Log:        LogConfig{Level: "info"},
 		NATS:       EmbeddedNATSConfig{Listen: "127.0.0.1:4223"},
 		OrgManager: DefaultOrgManagerConfig(),

@@ -17,6 +17,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
+// defaultDataDir holds the embedded defaults' state (SQLite, JetStream),
+// relative to the working directory.
+const defaultDataDir = "data"
+
 // LogConfig is the `log` section.
 type LogConfig struct {
 	// Level is debug, info, warn or error.

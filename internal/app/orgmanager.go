@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -51,7 +52,7 @@ func DefaultOrgManagerConfig() OrgManagerConfig {
 	return OrgManagerConfig{
 		HTTP:     httpapi.Config{Address: "127.0.0.1:8080"},
 		Log:      LogConfig{Level: "info"},
-		Database: DatabaseConfig{URL: "sqlite:data/orgmanager.db"},
+		Database: DatabaseConfig{URL: "sqlite:" + defaultDataDir + "/orgmanager.db"},
 		Deploy: DeployConfig{
 			Workers:              4,
 			VersionCheckInterval: 30 * time.Second,
@@ -109,6 +110,13 @@ func StartOrgManager(ctx context.Context, cfg OrgManagerConfig, nc *nats.Conn, v
 	log = log.With("service", "orgmanager")
 	reg := newRegistry()
 
+	if cfg.Database.URL == DefaultOrgManagerConfig().Database.URL {
+		// The default database lives in ./data, made on first start; a
+		// database.url the operator wrote must name an existing directory.
+		if err := os.MkdirAll(defaultDataDir, 0o750); err != nil {
+			return nil, err
+		}
+	}
 	store, err := orgstore.Open(ctx, orgstore.Config{URL: cfg.Database.URL})
 	if err != nil {
 		return nil, err

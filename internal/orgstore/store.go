@@ -228,8 +228,10 @@ func (s *Store) openSQLite(ctx context.Context, path string, readConns int) erro
 	if err != nil {
 		return fmt.Errorf("orgstore: sqlite path: %w", err)
 	}
-	if err := os.MkdirAll(filepath.Dir(abs), 0o750); err != nil {
-		return fmt.Errorf("orgstore: create the database directory: %w", err)
+	// The directory is never created here: a typo in database.url must not
+	// start the service on a new, empty database somewhere unexpected.
+	if fi, err := os.Stat(filepath.Dir(abs)); err != nil || !fi.IsDir() {
+		return fmt.Errorf("orgstore: the directory of the SQLite database %s does not exist: check database.url, or create the directory", abs)
 	}
 	base := "file:" + sqliteURIPath(abs) + "?_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)"
 	// WAL lets readers run beside the single writer; synchronous=NORMAL is

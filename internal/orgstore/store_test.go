@@ -3,6 +3,8 @@ package orgstore_test
 import (
 	"context"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -159,4 +161,18 @@ func TestConcurrentWritesToOneOrg(t *testing.T) {
 			t.Fatalf("%d overrides and %d prefixes, want %d and %d", len(view.Overrides), len(view.Prefixes), writers*each*2/3, writers*each/3)
 		}
 	})
+}
+
+// TestSQLiteDirectoryMustExist: a database.url whose directory does not
+// exist (a typo) is refused, naming the path, instead of creating
+// directories and an empty database.
+func TestSQLiteDirectoryMustExist(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "no-such-dir", "orgmanager.db")
+	_, err := orgstore.Open(context.Background(), orgstore.Config{URL: "sqlite:" + missing})
+	if err == nil || !strings.Contains(err.Error(), "does not exist") || !strings.Contains(err.Error(), "no-such-dir") {
+		t.Fatalf("Open = %v, want a refusal naming the missing directory", err)
+	}
+	if _, statErr := os.Stat(filepath.Dir(missing)); !os.IsNotExist(statErr) {
+		t.Fatalf("the directory was created: %v", statErr)
+	}
 }
