@@ -48,6 +48,15 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	port := cfg.Port
 	if port == 0 {
 		port = server.RANDOM_PORT
+	} else {
+		// A busy port would only show as a server never ready, after the
+		// wait below: say so at once, naming the address.
+		addr := net.JoinHostPort(cfg.Host, strconv.Itoa(port))
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("natsbus: cannot listen on %s for the embedded NATS server: %w (is another svc-pf or NATS server running? set nats.listen)", addr, err)
+		}
+		_ = l.Close()
 	}
 	name := cfg.ServerName
 	if name == "" {

@@ -2,6 +2,9 @@ package natsbus
 
 import (
 	"errors"
+	"fmt"
+	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -106,5 +109,24 @@ func TestPublishDuringDisconnectFailsAndNeverLands(t *testing.T) {
 	}
 	if e, err := kv.Get("late"); !errors.Is(err, nats.ErrKeyNotFound) {
 		t.Fatalf("publish refused during the disconnect landed after it: %v, %v", e, err)
+	}
+}
+
+// TestBusyPortFailsAtOnce: a port another process holds is refused at
+// once, naming the address, rather than after the readiness wait.
+func TestBusyPortFailsAtOnce(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+	start := time.Now()
+	_, err = StartEmbedded(EmbeddedConfig{StoreDir: t.TempDir(), Port: port})
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("127.0.0.1:%d", port)) {
+		t.Fatalf("StartEmbedded on a busy port = %v", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("the refusal took %v", took)
 	}
 }
