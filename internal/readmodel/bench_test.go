@@ -8,13 +8,13 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"runtime"
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/svc-pf/svc-pf/internal/identity"
+	"github.com/svc-pf/svc-pf/internal/natsbus/natstest"
 	"github.com/svc-pf/svc-pf/internal/readmodel"
 	"github.com/svc-pf/svc-pf/internal/readmodel/sessions"
 	"github.com/svc-pf/svc-pf/internal/session"
@@ -64,21 +64,9 @@ func BenchmarkPutToVisible(b *testing.B) {
 					b.StartTimer()
 				}
 			}
-			reportPercentiles(b, lat)
+			natstest.ReportPercentiles(b, lat, time.Microsecond, "µs")
 		})
 	}
-}
-
-func reportPercentiles(b *testing.B, lat []time.Duration) {
-	if len(lat) == 0 {
-		return
-	}
-	slices.Sort(lat)
-	pct := func(p float64) float64 {
-		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Nanoseconds()) / 1e3
-	}
-	b.ReportMetric(pct(0.50), "p50-µs")
-	b.ReportMetric(pct(0.99), "p99-µs")
 }
 
 // BenchmarkColdLoad measures a node starting against a filled bucket: from

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -192,4 +193,18 @@ func Values(t testing.TB, kv jetstream.KeyValue) map[string][]byte {
 		out[k] = e.Value()
 	}
 	return out
+}
+
+// ReportPercentiles reports the median and the 99th percentile of lat as
+// benchmark metrics p50-<name> and p99-<name>, in units of unit.
+func ReportPercentiles(b *testing.B, lat []time.Duration, unit time.Duration, name string) {
+	if len(lat) == 0 {
+		return
+	}
+	slices.Sort(lat)
+	pct := func(p float64) float64 {
+		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))]) / float64(unit)
+	}
+	b.ReportMetric(pct(0.50), "p50-"+name)
+	b.ReportMetric(pct(0.99), "p99-"+name)
 }
