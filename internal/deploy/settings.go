@@ -3,7 +3,6 @@ package deploy
 import (
 	"context"
 	"fmt"
-	"maps"
 	"sync"
 	"time"
 
@@ -79,7 +78,7 @@ func (s *settingsDeploys) deploy(ctx context.Context, org string, full bool, vie
 		s.metrics.settingsDeleted.Inc()
 	}
 	s.mu.Lock()
-	s.held[org] = maps.Clone(want)
+	s.held[org] = want // built for this deploy alone, so kept as it is
 	s.mu.Unlock()
 	return nil
 }
