@@ -148,6 +148,8 @@ type Decision struct {
 	// A and AAAA are the block page's addresses for a redirect block. They
 	// are the policy's: read only.
 	A, AAAA []netip.Addr
+	// TXT is an RPZ rule's local TXT data (read only).
+	TXT []string
 	// Categories are the categories found for the domain, with their feeds
 	// and the matching feed keys (empty when not looked up).
 	Categories []feed.Category
