@@ -9,11 +9,15 @@
 // location < username < deviceid) → settings.Merge → Compile, once per
 // (session id, settings version), kept in a Cache → Decide, once per query,
 // with the categories of readmodel/feeds (*feeds.Set satisfies Categories).
+// Engine runs that whole chain over a View of the node's read models:
+// Evaluate for the simulator (explained, allocating), PolicyFor and
+// DecideInto for the resolver (no allocation once cached); both reach the
+// same cached Policy for the same client.
 //
 // The package is pure: no I/O, no clock (the caller passes the time), no
 // DNS library and no Prometheus registration (Metrics is an interface the
-// caller implements; NopMetrics counts nothing). It imports
-// readmodel/feeds only for its Category type. A decision for a compiled
+// caller implements; NopMetrics counts nothing). It reads the read models
+// through small interfaces (Sessions, Settings, Categories, RPZ). A decision for a compiled
 // policy allocates nothing when the caller reuses a Decision (DecideInto);
 // see docs/policy.md.
 package policy

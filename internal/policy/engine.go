@@ -1,0 +1,305 @@
+package policy
+
+import (
+	"cmp"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/svc-pf/svc-pf/internal/identity"
+	"github.com/svc-pf/svc-pf/internal/sessionindex"
+	"github.com/svc-pf/svc-pf/internal/settings"
+)
+
+// Sessions is the subscriber index at one moment: *sessionindex.Index,
+// the snapshot of readmodel/sessions.
+type Sessions interface {
+	LookupIP(a netip.Addr) (sessionindex.Entry, bool)
+	ByUsername(u string) []sessionindex.Entry
+	ByDeviceID(d string) []sessionindex.Entry
+}
+
+// Settings is the settings read model at one moment: the snapshot of
+// readmodel/settings.
+type Settings interface {
+	// Stack returns the documents that can apply to a subscriber of org
+	// with attributes a; an org of "" gets the global layer alone.
+	Stack(org string, a identity.Attributes) settings.Stack
+	// Version changes whenever any document that can apply to a
+	// subscriber of org changes.
+	Version(org string) uint64
+}
+
+// View is what one decision reads: the node's three read models and its
+// RPZ zones, each taken once (an atomic load of its current snapshot) so
+// that a decision never mixes two states of one model. A nil member is
+// absent: no sessions (every client gets the global layer), no settings
+// (defaults), no feeds, no RPZ.
+type View struct {
+	Sessions   Sessions
+	Settings   Settings
+	Categories Categories
+	RPZ        RPZ
+}
+
+// EngineConfig configures an Engine.
+type EngineConfig struct {
+	// View returns the current view; it is called once per decision.
+	View func() View
+	// CacheSize bounds the compiled policies kept (one per session and
+	// settings version); 0 means 65 536.
+	CacheSize int
+	// Options adjust every compilation.
+	Options Options
+	// Metrics counts decisions; nil counts nothing.
+	Metrics Metrics
+}
+
+// Engine is the decision of DESIGN.md §6.3 with its inputs resolved: a
+// query's client (ip | username | deviceid) through the subscriber index to
+// a session, the session's settings layers merged and compiled once per
+// (session, settings version), then Decide. The simulator calls Evaluate,
+// which explains everything; the resolver calls PolicyFor once per query
+// and DecideInto, which allocate nothing once the policy is cached. Both
+// reach the same Policy for the same client, which is what makes "what the
+// simulator says" be "what DNS does".
+type Engine struct {
+	view    func() View
+	cache   *Cache
+	opts    Options
+	metrics Metrics
+}
+
+// NewEngine returns an engine reading cfg.View.
+func NewEngine(cfg EngineConfig) (*Engine, error) {
+	if cfg.View == nil {
+		return nil, errorString("policy: EngineConfig.View is required")
+	}
+	if cfg.CacheSize < 0 {
+		return nil, errorString("policy: EngineConfig.CacheSize must not be negative")
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NopMetrics{}
+	}
+	return &Engine{view: cfg.View, cache: NewCache(cmp.Or(cfg.CacheSize, 1<<16)), opts: cfg.Options, metrics: cfg.Metrics}, nil
+}
+
+type errorString string
+
+func (e errorString) Error() string { return string(e) }
+
+// View returns the current view (one per decision).
+func (e *Engine) View() View { return e.view() }
+
+// Identified-by values of Subject.By (DESIGN.md §6.4).
+const (
+	ByDeviceID = "deviceid"
+	ByUsername = "username"
+	ByIP       = "ip"
+	ByNone     = "none"
+)
+
+// globalSession is the cache key of the policy of clients without a
+// session: the global layer alone. A session id is never empty.
+const globalSession = ""
+
+// PolicyFor returns the compiled policy of the client at addr and its
+// session (ok false: no session, the global policy). It is the resolver's
+// per-query call: a lookup in the subscriber index and, once the policy of
+// this session and settings version is cached, no allocation.
+func (e *Engine) PolicyFor(v *View, addr netip.Addr) (p *Policy, s sessionindex.Entry, ok bool) {
+	if v.Sessions != nil {
+		s, ok = v.Sessions.LookupIP(addr)
+	}
+	return e.cached(v, s, ok), s, ok
+}
+
+// cached returns the policy of session s (of no session when !ok),
+// compiled once per settings version.
+func (e *Engine) cached(v *View, s sessionindex.Entry, ok bool) *Policy {
+	id, org, a := globalSession, "", identity.Attributes{}
+	if ok {
+		id, org, a = s.ID(), s.Org(), s.Identity().Attributes
+	}
+	var version uint64
+	if v.Settings != nil {
+		version = v.Settings.Version(org)
+	}
+	if p, hit := e.cache.Get(id, version); hit {
+		return p
+	}
+	p := CompileWith(settings.Merge(stack(v, org, a).AppendLayers(nil, 0, false)...), e.opts)
+	e.cache.Put(id, version, p)
+	return p
+}
+
+// stack is the settings documents that can apply to a subscriber of org
+// with attributes a; none without a settings read model.
+func stack(v *View, org string, a identity.Attributes) settings.Stack {
+	if v.Settings == nil {
+		return settings.Stack{}
+	}
+	return v.Settings.Stack(org, a)
+}
+
+// LayerRequest names the simulator's request settings as a layer.
+const LayerRequest = "request"
+
+// Query is one question to Evaluate: the query and who asks it.
+type Query struct {
+	Input
+	// IP, Username and DeviceID identify the client (any may be empty);
+	// deviceid beats username beats ip (DESIGN.md §3). DeviceID is spec
+	// 1's prefix:value form.
+	IP       netip.Addr
+	Username string
+	DeviceID string
+	// Profile chooses the profile layer when HasProfile (simulate's
+	// profile parameter).
+	Profile    int
+	HasProfile bool
+	// Settings, when not nil, is applied as the most specific layer.
+	Settings *settings.Document
+}
+
+// Subject is who a query was decided for.
+type Subject struct {
+	// By is how the session was found: ByDeviceID, ByUsername, ByIP or
+	// ByNone (no identifier given, or none found: the global layer).
+	By        string
+	IP        netip.Addr
+	Org       string
+	SessionID string
+	identity.Attributes
+	// Profile is the profile layer chosen, when HasProfile.
+	Profile    int
+	HasProfile bool
+	// Others are the ids of the other sessions the identifier matched
+	// (a username or device id in several sessions), in (org, id) order.
+	Others []string
+}
+
+// Result is an explained decision.
+type Result struct {
+	Decision
+	Subject Subject
+	// Layers are the names of the settings layers merged, least specific
+	// first ("global", "org:acme", "username:alice", "request").
+	Layers    []string
+	Effective *settings.Effective
+	// Steps are the identity and settings steps that came before the
+	// decision's trace, in the same shape.
+	Steps []TraceEntry
+}
+
+// Trace steps of Evaluate beside the decision's.
+const (
+	StepIdentity Reason = "identity"
+	StepSettings Reason = "settings"
+)
+
+// Evaluate resolves q's client, merges its settings and decides, with
+// everything the simulator explains. It allocates; the DNS path uses
+// PolicyFor and DecideInto. Without request settings or an explicit
+// profile it decides with the very Policy the resolver uses for the same
+// session.
+func (e *Engine) Evaluate(q *Query) Result {
+	v := e.view()
+	var r Result
+	s, found := e.resolve(&v, q, &r.Subject)
+	r.Steps = append(r.Steps, TraceEntry{Step: StepIdentity, Result: describeSubject(&r.Subject)})
+
+	var a identity.Attributes
+	if found {
+		a = s.Identity().Attributes
+	}
+	st := stack(&v, r.Subject.Org, a)
+	r.Subject.Profile, r.Subject.HasProfile = st.Profile(q.Profile, q.HasProfile)
+	layers := st.AppendLayers(make([]settings.Layer, 0, settings.MaxLayers+1), q.Profile, q.HasProfile)
+	if q.Settings != nil {
+		layers = append(layers, settings.Layer{Name: LayerRequest, Doc: q.Settings})
+	}
+	var p *Policy
+	if q.Settings == nil && !q.HasProfile {
+		p = e.cached(&v, s, found) // the resolver's policy, from the same cache
+	} else {
+		p = CompileWith(settings.Merge(layers...), e.opts)
+	}
+	r.Effective = p.Effective()
+	for _, l := range layers {
+		r.Layers = append(r.Layers, l.Name)
+	}
+	r.Steps = append(r.Steps, TraceEntry{Step: StepSettings, Result: "layers " + layerList(r.Layers) + "; fingerprint " + p.Fingerprint()})
+
+	in := q.Input
+	in.RPZ = v.RPZ
+	in.LookupAlways = true
+	in.Metrics = e.metrics
+	r.Decision = Decision{Trace: make([]TraceEntry, 0, TraceCap)}
+	DecideInto(&r.Decision, &in, p, v.Categories)
+	return r
+}
+
+// resolve finds the session of q's client: deviceid, then username, then
+// ip; the first identifier that finds a session wins.
+func (e *Engine) resolve(v *View, q *Query, sub *Subject) (sessionindex.Entry, bool) {
+	sub.By, sub.IP = ByNone, q.IP
+	if v.Sessions == nil {
+		return sessionindex.Entry{}, false
+	}
+	pick := func(by string, es []sessionindex.Entry) (sessionindex.Entry, bool) {
+		if len(es) == 0 {
+			return sessionindex.Entry{}, false
+		}
+		slices.SortFunc(es, func(a, b sessionindex.Entry) int {
+			return cmp.Or(strings.Compare(a.Org(), b.Org()), strings.Compare(a.ID(), b.ID()))
+		})
+		for _, o := range es[1:] {
+			sub.Others = append(sub.Others, o.ID())
+		}
+		fill(sub, by, es[0])
+		return es[0], true
+	}
+	if q.DeviceID != "" {
+		if s, ok := pick(ByDeviceID, v.Sessions.ByDeviceID(q.DeviceID)); ok {
+			return s, true
+		}
+	}
+	if q.Username != "" {
+		if s, ok := pick(ByUsername, v.Sessions.ByUsername(q.Username)); ok {
+			return s, true
+		}
+	}
+	if q.IP.IsValid() {
+		if s, ok := v.Sessions.LookupIP(q.IP); ok {
+			fill(sub, ByIP, s)
+			return s, true
+		}
+	}
+	return sessionindex.Entry{}, false
+}
+
+func fill(sub *Subject, by string, s sessionindex.Entry) {
+	id := s.Identity()
+	sub.By, sub.Org, sub.SessionID, sub.Attributes = by, id.Org, s.ID(), id.Attributes
+}
+
+func describeSubject(s *Subject) string {
+	if s.By == ByNone {
+		return "no session found: the global layer alone"
+	}
+	var b strings.Builder
+	b.WriteString("by " + s.By + ": session " + s.SessionID + " of org " + s.Org)
+	if len(s.Others) > 0 {
+		b.WriteString("; also matched " + strconv.Itoa(len(s.Others)) + " other session(s): " + strings.Join(s.Others, ", "))
+	}
+	return b.String()
+}
+
+func layerList(ls []string) string {
+	if len(ls) == 0 {
+		return "(none: defaults)"
+	}
+	return strings.Join(ls, " < ")
+}
