@@ -188,6 +188,9 @@ type Result struct {
 	// first ("global", "org:acme", "username:alice", "request").
 	Layers    []string
 	Effective *settings.Effective
+	// EDE is the Extended DNS Error code the resolver puts on the answer
+	// (Decision.EDE), 0 when none.
+	EDE uint16
 	// Steps are the identity and settings steps that came before the
 	// decision's trace, in the same shape.
 	Steps []TraceEntry
@@ -238,6 +241,7 @@ func (e *Engine) Evaluate(q *Query) Result {
 	in.Metrics = e.metrics
 	r.Decision = Decision{Trace: make([]TraceEntry, 0, TraceCap)}
 	DecideInto(&r.Decision, &in, p, v.Categories)
+	r.EDE, _ = r.Decision.EDE(p)
 	return r
 }
 

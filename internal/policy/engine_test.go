@@ -264,3 +264,27 @@ func BenchmarkEnginePolicyFor(b *testing.B) {
 		b.Fatal(d.Reason)
 	}
 }
+
+func TestDecisionEDE(t *testing.T) {
+	f := newEngineFixture(t)
+	tests := []struct {
+		q    Query
+		code uint16
+		ok   bool
+	}{
+		// alice's own blocked_categories: filtered
+		{Query{Input: Input{Domain: "bad.example"}, IP: netip.MustParseAddr("10.0.0.2")}, EDEFiltered, true},
+		// the global blocklist: operator policy
+		{Query{Input: Input{Domain: "global-block.example"}, IP: netip.MustParseAddr("10.0.0.2")}, EDEBlocked, true},
+		// allowed
+		{Query{Input: Input{Domain: "clean.example"}, IP: netip.MustParseAddr("10.0.0.2")}, 0, false},
+	}
+	for _, tt := range tests {
+		r := f.eng.Evaluate(&tt.q)
+		v := f.eng.View()
+		p, _, _ := f.eng.PolicyFor(&v, tt.q.IP)
+		if code, ok := r.Decision.EDE(p); code != tt.code || ok != tt.ok || r.EDE != tt.code {
+			t.Errorf("%s: EDE %d,%v want %d,%v", tt.q.Domain, code, ok, tt.code, tt.ok)
+		}
+	}
+}

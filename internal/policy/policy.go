@@ -29,6 +29,10 @@ type Policy struct {
 	youtube    string // the YouTube safe name (YouTubeStrict by default)
 
 	fingerprint string
+	// operator has a bit per field of operatorFields whose value is the
+	// operator's (EDE 15 rather than 17).
+	operator uint8
+	cacheKey string
 }
 
 // schedule is one window of the settings, with what it adds while open.
@@ -71,6 +75,8 @@ func CompileWith(e *settings.Effective, o Options) *Policy {
 		youtube:     YouTubeStrict,
 		fingerprint: e.Fingerprint,
 	}
+	p.operator = operatorMask(e)
+	p.cacheKey = p.fingerprint + "-" + strconv.Itoa(int(p.operator))
 	if o.YouTube != "" {
 		p.youtube = o.YouTube
 	}
@@ -131,6 +137,12 @@ func (p *Policy) Effective() *settings.Effective { return p.eff }
 // Fingerprint is the effective document's fingerprint: equal for equal
 // policies, the resolver's packet cache key.
 func (p *Policy) Fingerprint() string { return p.fingerprint }
+
+// CacheKey is the key of the resolver's packet cache: the fingerprint and
+// which of the blocking fields are the operator's, since a blocked answer
+// carries a different Extended DNS Error for those (EDE). Equal policies
+// from the same kinds of layers share it; subscribers never appear in it.
+func (p *Policy) CacheKey() string { return p.cacheKey }
 
 // suffixSet holds domain names; a listed name matches itself and every name
 // under it. The value is the rule naming the entry ("blocklist:ads.example").

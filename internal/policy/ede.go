@@ -1,0 +1,72 @@
+package policy
+
+import "github.com/svc-pf/svc-pf/internal/settings"
+
+// Extended DNS Error codes of a blocked answer (RFC 8914, DESIGN.md §6.5).
+const (
+	// EDEBlocked: operator policy decided (the global layer, RPZ).
+	EDEBlocked uint16 = 15
+	// EDEFiltered: the subscriber's own settings decided (an organisation,
+	// profile, location, username or deviceid layer, or the simulator's
+	// request settings).
+	EDEFiltered uint16 = 17
+)
+
+// operatorFields are the fields whose origin decides a block's EDE code,
+// each with its bit in Policy.operator.
+var operatorFields = [...]struct {
+	field string
+	bit   uint8
+}{
+	{"blocklist", 1 << 0}, {"paused", 1 << 1}, {"schedules", 1 << 2},
+	{"blocked_categories", 1 << 3}, {"blocked_networks", 1 << 4},
+}
+
+// operatorMask has a bit set for each field of operatorFields whose value
+// comes from the operator: the global layer or the built-in defaults.
+func operatorMask(e *settings.Effective) uint8 {
+	var m uint8
+	for _, f := range operatorFields {
+		if o := e.Origin[f.field]; o == settings.LayerGlobal || o == settings.LayerDefault || o == "" {
+			m |= f.bit
+		}
+	}
+	return m
+}
+
+// EDE returns the Extended DNS Error code of a blocked decision made with
+// p: EDEBlocked when operator policy decided, EDEFiltered when the
+// subscriber's own settings did; ok is false for a decision that blocks
+// nothing (an allow, a safe-search rewrite, an RPZ passthru). The resolver puts it on the answer, the simulator
+// reports it, so both say the same.
+func (d *Decision) EDE(p *Policy) (code uint16, ok bool) {
+	var bit uint8
+	switch d.Reason {
+	case ReasonRPZ:
+		if d.Verdict == VerdictAllow {
+			return 0, false
+		}
+		return EDEBlocked, true
+	case ReasonBlocklist:
+		bit = 1 << 0
+	case ReasonPaused:
+		bit = 1 << 1
+		if d.rule != "paused:settings" {
+			bit = 1 << 2
+		}
+	case ReasonCategory:
+		bit = 1 << 3
+		if d.Matched >= 0 && d.Matched < len(d.Categories) && !p.categories.has(d.Categories[d.Matched].Code) {
+			bit = 1 << 2 // blocked by an open schedule's categories
+		}
+	case ReasonNetwork:
+		bit = 1 << 4
+	default: // allowed, or safe search: a rewrite, not a block
+
+		return 0, false
+	}
+	if p.operator&bit != 0 {
+		return EDEBlocked, true
+	}
+	return EDEFiltered, true
+}
