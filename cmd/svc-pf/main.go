@@ -42,6 +42,7 @@ Usage:
 Commands:
   orgmanager   REST API for organisations, prefixes and overrides (default config /etc/svc-pf/orgmanager.yaml)
   ipmapper     the IP Mapper: session table as a NATS micro service (default config /etc/svc-pf/ipmapper.yaml)
+  simulator    spec 2's simulator: categories and filtering verdicts over HTTP and Lua workers (default config /etc/svc-pf/simulator.yaml; --test-and-exit)
   all          every service in one process with an embedded NATS server (default config /etc/svc-pf/all.yaml)
   feed         build a category feed from filter lists, serve feed directories over HTTP, look a name up
   version      print the version
@@ -100,7 +101,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	case "feed":
 		return runFeed(ctx, rest, stdout, stderr)
-	case "orgmanager", "ipmapper", "all":
+	case "orgmanager", "ipmapper", "simulator", "all":
 	default:
 		fmt.Fprintf(stderr, "svc-pf: unknown command %q\n\n%s", cmd, usage)
 		return 2
@@ -114,6 +115,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&configPath, "c", defaultPath, "shorthand for --config")
 	debugLog := fs.Bool("debug", false, "force debug-level logging; overrides log.level")
 	showVersion := fs.Bool("version", false, "print the version and exit")
+	var testAndExit *bool
+	if cmd == "simulator" {
+		testAndExit = fs.Bool("test-and-exit", false, "send one lookup_domain for a fixed sample domain and exit; non-zero exit when it fails")
+	}
 	if err := fs.Parse(rest); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -144,6 +149,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cfg := app.DefaultIPMapperConfig()
 		if err = config.Load(configPath, explicit, &cfg); err == nil {
 			err = app.RunIPMapper(ctx, cfg, v, app.NewLogger(stderr, cfg.Log, *debugLog))
+		}
+	case "simulator":
+		cfg := app.DefaultSimulatorConfig()
+		if err = config.Load(configPath, explicit, &cfg); err == nil {
+			err = app.RunSimulator(ctx, cfg, v, app.NewLogger(stderr, cfg.Log, *debugLog), *testAndExit)
 		}
 	case "all":
 		cfg := app.DefaultAllConfig()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/svc-pf/svc-pf/internal/natsbus"
 	"github.com/svc-pf/svc-pf/internal/readmodel/feeds"
+	"github.com/svc-pf/svc-pf/internal/rpz"
 )
 
 // EmbeddedNATSConfig is the `nats` section of `svc-pf all`.
@@ -35,8 +36,15 @@ type AllConfig struct {
 	OrgManager OrgManagerConfig   `yaml:"orgmanager"`
 	IPMapper   IPMapperConfig     `yaml:"ipmapper"`
 	Node       NodeConfig         `yaml:"node"`
+	// Simulator takes `svc-pf simulator`'s config; its node keys (feeds,
+	// region) stand at the top level instead, shared with the resolver.
+	Simulator SimulatorConfig `yaml:"simulator"`
 	// Feeds are the node's category feeds (DESIGN.md §6.2).
 	Feeds []feeds.FeedConfig `yaml:"feeds"`
+	// RPZ are the node's response-policy zone files (DESIGN.md §6.3 step 3).
+	RPZ []rpz.ZoneConfig `yaml:"rpz"`
+	// Region is the node's region (the simulator's info payload).
+	Region string `yaml:"region"`
 }
 
 // DefaultAllConfig is what runs when the file sets nothing.
@@ -48,6 +56,7 @@ func DefaultAllConfig() AllConfig {
 		OrgManager: DefaultOrgManagerConfig(),
 		IPMapper:   DefaultIPMapperConfig(),
 		Node:       DefaultNodeConfig(),
+		Simulator:  DefaultSimulatorConfig(),
 	}
 }
 
@@ -58,7 +67,18 @@ func (c *AllConfig) Validate() error {
 		errs = append(errs, errors.New("data_dir is required"))
 	}
 	errs = append(errs, c.Log.validate(), prefixed("orgmanager", c.OrgManager.Validate()),
-		prefixed("ipmapper", c.IPMapper.Validate(false)), prefixed("node", c.Node.HTTP.Validate()))
+		prefixed("ipmapper", c.IPMapper.Validate(false)), prefixed("node", c.Node.HTTP.Validate()),
+		prefixed("simulator", c.Simulator.Validate()))
+	if len(c.Simulator.Feeds) > 0 {
+		errs = append(errs, errors.New("simulator.feeds: under svc-pf all the feeds are set at the top level (feeds:), shared by the simulator and the resolver"))
+	}
+	if len(c.Simulator.RPZ) > 0 {
+		errs = append(errs, errors.New("simulator.rpz: under svc-pf all the RPZ zones are set at the top level (rpz:), shared by the simulator and the resolver"))
+	}
+	errs = append(errs, rpz.Config{Zones: c.RPZ}.Validate())
+	if c.Simulator.Region != "" {
+		errs = append(errs, errors.New("simulator.region: under svc-pf all the region is set at the top level (region:)"))
+	}
 	return errors.Join(errs...)
 }
 
@@ -82,6 +102,7 @@ type All struct {
 	OrgManager *OrgManager
 	IPMapper   *IPMapper
 	Node       *Node
+	Simulator  *Simulator
 	conns      []*nats.Conn
 }
 
@@ -144,9 +165,29 @@ func StartAll(ctx context.Context, cfg AllConfig, v Version, log *slog.Logger) (
 	if a.OrgManager, err = StartOrgManager(ctx, cfg.OrgManager, ncOrg, v, log); err != nil {
 		return fail(err)
 	}
-	if a.Node, err = StartNode(cfg.Node, cfg.Feeds, v, log); err != nil {
+	ncNode, err := connect("", "svc-pf node")
+	if err != nil {
 		return fail(err)
 	}
+	nodeLog := log.With("service", "node")
+	reg := newRegistry()
+	models, err := newReadModels(nodeKeys{Feeds: cfg.Feeds, RPZ: cfg.RPZ}, ncNode, reg, nodeLog)
+	if err != nil {
+		return fail(err)
+	}
+	if a.Node, err = StartNode(cfg.Node, models, reg, v, nodeLog); err != nil {
+		return fail(err)
+	}
+	ncSim, err := connect(cfg.Simulator.NATS.URL, "svc-pf simulator")
+	if err != nil {
+		return fail(err)
+	}
+	simCfg := cfg.Simulator
+	simCfg.Region = cfg.Region
+	if a.Simulator, err = StartSimulator(simCfg, models, ncSim, v, log); err != nil {
+		return fail(err)
+	}
+	log.Info("simulator NATS enabled", "url", redactURL(ncSim.ConnectedUrlRedacted()))
 	return a, nil
 }
 
@@ -155,7 +196,7 @@ func (a *All) Run(ctx context.Context) error {
 	defer a.close()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	services := []func(context.Context) error{a.IPMapper.Run, a.OrgManager.Run, a.Node.Run}
+	services := []func(context.Context) error{a.IPMapper.Run, a.OrgManager.Run, a.Node.Run, a.Simulator.Run}
 	errc := make(chan error, len(services))
 	for _, run := range services {
 		go func() { errc <- run(ctx) }()

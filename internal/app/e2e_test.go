@@ -532,6 +532,7 @@ func testAllConfig(t *testing.T) AllConfig {
 	cfg.OrgManager.HTTP.Address = "127.0.0.1:0"
 	cfg.IPMapper.HTTP.Address = "127.0.0.1:0"
 	cfg.Node.HTTP.Address = "127.0.0.1:0"
+	cfg.Simulator.HTTP.Address = "127.0.0.1:0"
 	return cfg
 }
 

@@ -8,6 +8,8 @@ import (
 	"net"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/svc-pf/svc-pf/internal/httpapi"
 	"github.com/svc-pf/svc-pf/internal/readmodel/feeds"
 )
@@ -30,42 +32,30 @@ func DefaultNodeConfig() NodeConfig {
 // Node is the read side of one machine: the node's read models, shared by
 // its simulator and resolver, and its listener.
 type Node struct {
-	Feeds  *feeds.Client
+	Models *readModels
 	server *httpapi.Server
 	log    *slog.Logger
 }
 
-// StartNode builds the node's read models and binds its listener; Run
-// follows the feeds and serves.
-func StartNode(cfg NodeConfig, feedCfgs []feeds.FeedConfig, v Version, log *slog.Logger) (*Node, error) {
+// StartNode binds the node's listener over its read models; Run follows
+// them and serves.
+func StartNode(cfg NodeConfig, models *readModels, reg *prometheus.Registry, v Version, log *slog.Logger) (*Node, error) {
 	if err := cfg.HTTP.Validate(); err != nil {
 		return nil, prefixed("node", err)
-	}
-	log = log.With("service", "node")
-	reg := newRegistry()
-	fc, err := feeds.New(feeds.Config{Feeds: feedCfgs, Logger: log, Registerer: reg})
-	if err != nil {
-		return nil, err
 	}
 	router, err := httpapi.NewRouter(httpapi.RouterConfig{Logger: log, Registerer: reg})
 	if err != nil {
 		return nil, err
 	}
 	httpapi.MountStandard(router, httpapi.StandardConfig{
-		Service: "node", Version: string(v), Gatherer: reg,
-		Ready: func() error {
-			if fc.Ready() {
-				return nil
-			}
-			return errors.New(notLoaded(fc.Status()))
-		},
-		Info: func() any { return map[string]any{"feeds": fc.Status()} },
+		Service: "node", Version: string(v), Gatherer: reg, Ready: models.Ready,
+		Info: func() any { return map[string]any{"feeds": models.feeds.Status(), "counts": models.Counts()} },
 	})
-	n := &Node{Feeds: fc, log: log}
+	n := &Node{Models: models, log: log}
 	if n.server, err = httpapi.Listen(cfg.HTTP, router, log); err != nil {
 		return nil, err
 	}
-	log.Info("node listening", "address", n.server.Addr().String(), "feeds", len(feedCfgs))
+	log.Info("node listening", "address", n.server.Addr().String(), "feeds", len(models.feeds.Status()))
 	return n, nil
 }
 
@@ -87,13 +77,13 @@ func notLoaded(status []feeds.FeedStatus) string {
 // Addr is the node listener's address.
 func (n *Node) Addr() net.Addr { return n.server.Addr() }
 
-// Run follows the feeds and serves until ctx ends.
+// Run follows the read models and serves until ctx ends.
 func (n *Node) Run(ctx context.Context) error {
 	done := make(chan error, 1)
-	go func() { done <- n.Feeds.Run(ctx) }()
+	go func() { done <- n.Models.Run(ctx) }()
 	err := n.server.Serve(ctx)
-	if ferr := <-done; ferr != nil {
-		err = errors.Join(err, fmt.Errorf("feeds: %w", ferr))
+	if merr := <-done; merr != nil {
+		err = errors.Join(err, fmt.Errorf("read models: %w", merr))
 	}
 	return err
 }

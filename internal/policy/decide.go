@@ -76,6 +76,7 @@ const (
 	ResultNoAnswer      = "no answer address"
 	ResultNoNetworks    = "no blocked networks"
 	ResultAllow         = "allow"
+	ResultTCPOnly       = "tcp-only rule, over TCP: go on"
 )
 
 // TraceEntry is one evaluated step.
@@ -91,9 +92,9 @@ type Categories interface {
 }
 
 // RPZ is the operator's response-policy zones (node config rpz, DESIGN.md
-// §6.3 step 3). Check reports whether a trigger matches; when it does it
-// sets d's Verdict, Action and Target and its rule (Decision.SetRule). Not
-// implemented yet: a nil RPZ is traced "not configured".
+// §6.3 step 3; internal/rpz). Check reports whether a trigger matches; when
+// it does it sets d's Verdict, Action, Target, A, AAAA, TXT and its rule
+// (Decision.SetRule). A nil RPZ is traced "not configured".
 type RPZ interface {
 	Check(in *Input, d *Decision) bool
 }
@@ -129,6 +130,11 @@ type Input struct {
 	Time time.Time
 	// RPZ is the node's RPZ zones; nil when none are configured.
 	RPZ RPZ
+	// TCP says the query came over TCP: an RPZ tcp-only rule (truncate)
+	// then does not apply and evaluation goes on, as PowerDNS resolves
+	// such a query normally over TCP. The simulator leaves it false: the
+	// UDP view.
+	TCP bool
 	// LookupAlways looks the categories up even when a step before the
 	// category step decides (the simulator reports them); the resolver
 	// leaves it false and skips the lookup.
@@ -253,9 +259,14 @@ func (p *Policy) decide(d *Decision, in *Input, name string, cats Categories) (l
 	if in.RPZ == nil {
 		d.trace(ReasonRPZ, ResultNotConfigured)
 	} else if in.RPZ.Check(in, d) {
-		d.trace(ReasonRPZ, ResultMatch)
-		d.Reason = ReasonRPZ
-		return false
+		if d.Action == ActionTruncate && in.TCP {
+			d.Verdict, d.Action, d.Target, d.A, d.AAAA, d.TXT, d.rule = "", "", "", nil, nil, nil, ""
+			d.trace(ReasonRPZ, ResultTCPOnly)
+		} else {
+			d.trace(ReasonRPZ, ResultMatch)
+			d.Reason = ReasonRPZ
+			return false
+		}
 	} else {
 		d.trace(ReasonRPZ, ResultNoMatch)
 	}

@@ -1,0 +1,102 @@
+package luapool
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// FuzzCall runs arbitrary scripts in the sandbox with a short timeout: New
+// and Call may fail, but must not panic or hang, and a result must be made
+// of the converted types only.
+func FuzzCall(f *testing.F) {
+	for _, src := range []string{
+		"function f(req) return req end",
+		"function f(req) return {a = {b = {c = req.domain, n = req.n + 0.5}}, list = req.tags} end",
+		"function f() while true do end end",
+		"function f() while true do pcall(function() while true do end end) end end",
+		"function f() error('x') end",
+		"function f() error({}) end",
+		"function f() local t = {}; t[1] = t; return t end",
+		"function f() local t = {1}; for i = 1, 30 do t = {t, t} end; return t end",
+		"function f() return setmetatable({}, {__jsontype = 'array'}) end",
+		"function f() return {1, nil, 3, [10] = 10, x = 'y'} end",
+		"function f() return 1/0 end",
+		"function f() return 0/0 end",
+		"function f() return string.rep('ab', 1e7) end",
+		"function f() return require('svcpf').echo({1, 2, {x = 1}}) end",
+		"function f() return pcall(require('svcpf').fail) end",
+		"function f() return require('os') end",
+		"function f() local function r(n) return r(n + 1) + 1 end; return r(1) end",
+		"function f() return unpack({}, 1, 1e6) end",
+		"function f() return ('x'):rep(1000):gsub('x', '%0%0') end",
+		"function f() return string.format('%5.2f %q %s', 3.14159, 'a\\nb', nil) end",
+		"x = ",
+		"return",
+		"f = 3",
+		"local t = setmetatable({}, {__index = function(t, k) return k end}); function f() return t.x end",
+		"setmetatable(_G, {__index = function() error('boom') end})",
+	} {
+		f.Add(src)
+	}
+	mod := Module{
+		"echo": func(_ context.Context, args []any) (any, error) {
+			if len(args) == 0 {
+				return nil, errors.New("echo needs an argument")
+			}
+			return args[0], nil
+		},
+		"fail": func(context.Context, []any) (any, error) { return nil, errors.New("failed") },
+	}
+	req := map[string]any{"domain": "example.com", "n": 1, "tags": []any{"a", "b"}, "verbose": true}
+	f.Fuzz(func(t *testing.T, src string) {
+		p, err := New(Config{
+			Workers:     1,
+			Source:      []byte(src),
+			CallTimeout: 20 * time.Millisecond,
+			Modules:     map[string]Module{"svcpf": mod},
+		})
+		if err != nil {
+			return
+		}
+		defer p.Close()
+		v, err := p.Call(context.Background(), "f", req)
+		if err != nil {
+			var se *ScriptError
+			if !errors.As(err, &se) {
+				t.Fatalf("error %v (%T) is not a *ScriptError", err, err)
+			}
+			return
+		}
+		if err := checkConverted(v, 0); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// checkConverted reports a value toGo cannot produce.
+func checkConverted(v any, depth int) error {
+	if depth > maxDepth {
+		return errors.New("deeper than maxDepth")
+	}
+	switch v := v.(type) {
+	case nil, bool, string, int64, float64:
+		return nil
+	case []any:
+		for _, e := range v {
+			if err := checkConverted(e, depth+1); err != nil {
+				return err
+			}
+		}
+		return nil
+	case map[string]any:
+		for _, e := range v {
+			if err := checkConverted(e, depth+1); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return errors.New("unexpected type in a result")
+}

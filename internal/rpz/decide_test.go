@@ -1,0 +1,89 @@
+package rpz
+
+import (
+	"testing"
+
+	"github.com/svc-pf/svc-pf/internal/policy"
+	"github.com/svc-pf/svc-pf/internal/settings"
+)
+
+// TestDecideStep3: through policy.Decide, an RPZ hit ends the evaluation
+// at step 3 with reason rpz: after the allowlist, before the blocklist; a
+// PASSTHRU allows and the blocklist is not consulted.
+func TestDecideStep3(t *testing.T) {
+	z := mustParse(t, "op", head+`
+bad.example      CNAME .
+pass.example     CNAME rpz-passthru.
+garden.example   A     192.0.2.80
+tcp.example      CNAME rpz-tcp-only.
+`)
+	doc, err := settings.Parse([]byte(`{"allowlist":["bad.example"],"blocklist":["pass.example","other.example"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := policy.Compile(settings.Merge(settings.Layer{Name: settings.LayerGlobal, Doc: doc}))
+	snap := NewSnapshot(z)
+	tests := []struct {
+		name    string
+		rpz     policy.RPZ
+		reason  policy.Reason
+		verdict policy.Verdict
+		action  policy.Action
+		rule    string
+		result  Result
+		rpzStep string
+	}{
+		// The allowlist comes first.
+		{"bad.example", snap, policy.ReasonAllowlist, policy.VerdictAllow, policy.ActionAllow, "allowlist:bad.example", ResultNoAction, ""},
+		{"www.bad.example", snap, policy.ReasonAllowlist, policy.VerdictAllow, policy.ActionAllow, "allowlist:bad.example", ResultNoAction, ""},
+		// PASSTHRU beats the blocklist.
+		{"pass.example", snap, policy.ReasonRPZ, policy.VerdictAllow, policy.ActionAllow, "rpz:op trigger=pass.example action=passthru", ResultNoAction, policy.ResultMatch},
+		{"garden.example", snap, policy.ReasonRPZ, policy.VerdictRedirect, policy.ActionRedirect, "rpz:op trigger=garden.example action=redirect", ResultCustom, policy.ResultMatch},
+		{"tcp.example", snap, policy.ReasonRPZ, policy.VerdictBlock, policy.ActionTruncate, "rpz:op trigger=tcp.example action=truncate", ResultTruncate, policy.ResultMatch},
+		{"other.example", snap, policy.ReasonBlocklist, policy.VerdictBlock, policy.ActionNXDomain, "blocklist:other.example", ResultNoAction, policy.ResultNoMatch},
+		{"pass.example", nil, policy.ReasonBlocklist, policy.VerdictBlock, policy.ActionNXDomain, "blocklist:pass.example", ResultNoAction, policy.ResultNotConfigured},
+	}
+	for _, tc := range tests {
+		d := policy.Decide(policy.Input{Domain: tc.name, RPZ: tc.rpz}, p, nil)
+		if d.Reason != tc.reason || d.Verdict != tc.verdict || d.Action != tc.action || d.Rule() != tc.rule {
+			t.Errorf("%s: %s %s %s %q; want %s %s %s %q", tc.name, d.Reason, d.Verdict, d.Action, d.Rule(), tc.reason, tc.verdict, tc.action, tc.rule)
+		}
+		if got := ResultOf(&d); got != tc.result {
+			t.Errorf("%s: ResultOf %s, want %s", tc.name, got, tc.result)
+		}
+		step := ""
+		for _, e := range d.Trace {
+			if e.Step == policy.ReasonRPZ {
+				step = e.Result
+			}
+		}
+		if step != tc.rpzStep {
+			t.Errorf("%s: rpz trace %q, want %q (trace %v)", tc.name, step, tc.rpzStep, d.Trace)
+		}
+	}
+	if d := policy.Decide(policy.Input{Domain: "garden.example", RPZ: snap}, p, nil); len(d.A) != 1 || d.A[0].String() != "192.0.2.80" {
+		t.Errorf("local data A %v", d.A)
+	}
+}
+
+func TestResultNames(t *testing.T) {
+	want := []string{"noaction", "drop", "nxdomain", "nodata", "truncate", "custom"}
+	for r := range NumResults {
+		if r.String() != want[r] {
+			t.Errorf("%d: %q", r, r.String())
+		}
+	}
+	if NumResults.String() != "unknown" {
+		t.Error(NumResults.String())
+	}
+	for _, tc := range []struct {
+		a policy.Action
+		r Result
+	}{{policy.ActionDrop, ResultDrop}, {policy.ActionNXDomain, ResultNXDomain}, {policy.ActionNoData, ResultNoData},
+		{policy.ActionCNAME, ResultCustom}, {policy.ActionAllow, ResultNoAction}} {
+		d := policy.Decision{Reason: policy.ReasonRPZ, Action: tc.a}
+		if got := ResultOf(&d); got != tc.r {
+			t.Errorf("%s: %s", tc.a, got)
+		}
+	}
+}

@@ -1,0 +1,287 @@
+package simulator
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/svc-pf/svc-pf/internal/feed"
+	"github.com/svc-pf/svc-pf/internal/luapool"
+	"github.com/svc-pf/svc-pf/internal/policy"
+	"github.com/svc-pf/svc-pf/internal/readmodel/feeds"
+	"github.com/svc-pf/svc-pf/internal/settings"
+)
+
+// Entry-function names of the Lua contract (DESIGN.md §6.4), also the
+// `call` label of spec 2's metrics.
+const (
+	CallLookupDomain = "lookup_domain"
+	CallSimulateUser = "simulate_user"
+	CallCodeMappings = "codemappings"
+	CallMaintenance  = "maintenance"
+	CallInfo         = "info"
+)
+
+// Calls lists the entry functions.
+func Calls() []string {
+	return []string{CallLookupDomain, CallSimulateUser, CallCodeMappings, CallMaintenance, CallInfo}
+}
+
+// ModuleName is the preloaded module exposing the built-ins to scripts.
+const ModuleName = "svcpf"
+
+// FeedSet is the node's feeds: *feeds.Client. Set returns the current
+// snapshot (never nil once the client is built).
+type FeedSet interface {
+	Set() *feeds.Set
+}
+
+// Counts are the sizes of the node's read models for the info payload.
+type Counts struct {
+	Sessions          int
+	SettingsDocuments int
+}
+
+// builtins are the Go implementations behind the svcpf module.
+type builtins struct {
+	engine  *policy.Engine
+	feeds   FeedSet // nil: no feed backend
+	counts  func() Counts
+	clock   func() time.Time
+	region  string
+	version string
+}
+
+// module is the svcpf module: each entry function's built-in.
+func (b *builtins) module() luapool.Module {
+	return luapool.Module{
+		CallLookupDomain: func(_ context.Context, args []any) (any, error) {
+			r, err := requestArg(args)
+			if err != nil {
+				return nil, err
+			}
+			return b.lookupDomain(r), nil
+		},
+		CallSimulateUser: func(_ context.Context, args []any) (any, error) {
+			r, err := requestArg(args)
+			if err != nil {
+				return nil, err
+			}
+			return b.simulateUser(r), nil
+		},
+		CallCodeMappings: func(context.Context, []any) (any, error) { return b.codeMappings(), nil },
+		CallMaintenance:  func(context.Context, []any) (any, error) { return map[string]any{}, nil },
+		CallInfo:         func(context.Context, []any) (any, error) { return b.info(), nil },
+	}
+}
+
+func requestArg(args []any) (*Request, error) {
+	if len(args) == 0 {
+		return nil, badf("the request table is missing")
+	}
+	t, ok := args[0].(map[string]any)
+	if !ok {
+		return nil, badf("the request must be a table of parameters, not %T", args[0])
+	}
+	return FromTable(t)
+}
+
+// categories renders categories as DESIGN.md §6.4 does.
+func categories(cs []feed.Category) []any {
+	out := make([]any, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, map[string]any{"code": int(c.Code), "title": c.Title, "feed": c.Feed, "match": c.Key()})
+	}
+	return out
+}
+
+// lookupDomain is GET /api/v1/domain: the categories of the name, with no
+// subscriber context.
+func (b *builtins) lookupDomain(r *Request) map[string]any {
+	var cs []feed.Category
+	if c := b.engine.View().Categories; c != nil {
+		cs = c.Lookup(r.Domain, r.Path, nil)
+	}
+	return map[string]any{"domain": r.Domain, "path": r.Path, "categories": categories(cs)}
+}
+
+// simulateUser is /api/v1/simulate: the engine's explained decision.
+func (b *builtins) simulateUser(r *Request) map[string]any {
+	q := policy.Query{
+		Input: policy.Input{Domain: r.Domain, Path: r.Path, AnswerAddr: r.RulesIP, Time: b.clock()},
+		IP:    r.IP, Username: r.Username, DeviceID: r.DeviceID,
+		Profile: r.Profile, HasProfile: r.HasProfile, Settings: r.Settings,
+	}
+	res := b.engine.Evaluate(&q)
+	s := &res.Subject
+	// identityFields lists these keys.
+	id := map[string]any{"by": s.By, "ip": addrString(s.IP), "org": s.Org, "session_id": s.SessionID,
+		"username": s.Username, "deviceid": s.DeviceID, "location": s.Location, "profile": nil}
+	if s.HasProfile {
+		id["profile"] = s.Profile
+	}
+	if len(s.Others) > 0 {
+		id["other_sessions"] = stringsAny(s.Others)
+	}
+	trace := make([]any, 0, len(res.Steps)+len(res.Trace))
+	for _, st := range append(res.Steps, res.Trace...) {
+		trace = append(trace, map[string]any{"step": string(st.Step), "result": st.Result})
+	}
+	body := map[string]any{
+		"domain": r.Domain, "verdict": string(res.Verdict), "action": string(res.Action),
+		"reason": string(res.Reason), "rule": res.Rule(), "identity": id,
+		"categories": categories(res.Categories), "settings": documentMap(res.Effective),
+		"layers": stringsAny(res.Layers), "answer": answer(&res), "trace": trace,
+		"fingerprint": res.Fingerprint,
+	}
+	if r.Path != "" {
+		body["path"] = r.Path
+	}
+	if r.Verbose {
+		body["log"] = verboseLog(r, &res)
+	}
+	return body
+}
+
+// identityFields are the keys of the simulate body's identity (DESIGN.md
+// §6.4).
+var identityFields = [...]string{"by", "ip", "org", "session_id", "username", "deviceid", "location", "profile"}
+
+// answer is what the resolver answers for the decision: the rcode, the
+// records it puts in the answer, and the Extended DNS Error of a block.
+func answer(res *policy.Result) map[string]any {
+	a := map[string]any{}
+	switch res.Action {
+	case policy.ActionAllow:
+		a["rcode"], a["forwarded"] = "NOERROR", true // the upstream's answer
+	case policy.ActionNXDomain:
+		a["rcode"] = "NXDOMAIN"
+	case policy.ActionNoData:
+		a["rcode"] = "NOERROR"
+		a["records"] = []any{}
+	case policy.ActionRefused:
+		a["rcode"] = "REFUSED"
+	case policy.ActionDrop:
+		a["dropped"] = true
+	case policy.ActionTruncate:
+		a["truncated"] = true // over UDP; TCP gets the upstream's answer
+	case policy.ActionRedirect:
+		a["rcode"] = "NOERROR"
+		a["a"], a["aaaa"] = addrsAny(res.A), addrsAny(res.AAAA)
+		if len(res.TXT) > 0 {
+			a["txt"] = stringsAny(res.TXT)
+		}
+	case policy.ActionCNAME:
+		a["rcode"], a["cname"] = "NOERROR", res.Target
+	}
+	if res.EDE != 0 {
+		a["ede"] = map[string]any{"code": int(res.EDE), "text": string(res.Reason) + ": " + res.Rule()}
+	}
+	return a
+}
+
+// verboseLog is the rule evaluation in words (verbose=1).
+func verboseLog(r *Request, res *policy.Result) []any {
+	var log []any
+	add := func(format string, a ...any) { log = append(log, fmt.Sprintf(format, a...)) }
+	add("query %s%s at %s", r.Domain, r.Path, res.Subject.IP)
+	if r.VHost != "" {
+		add("vhost %s", r.VHost)
+	}
+	for _, st := range res.Steps {
+		add("%s: %s", st.Step, st.Result)
+	}
+	if res.Effective != nil {
+		fields := make([]string, 0, len(res.Effective.Origin))
+		for _, f := range []string{"filtering", "blocked_categories", "allowlist", "blocklist", "blocked_networks",
+			"safe_search", "paused", "action", "schedules"} {
+			fields = append(fields, f+" from "+res.Effective.Origin[f])
+		}
+		add("effective settings: %s", strings.Join(fields, ", "))
+	}
+	for _, c := range res.Categories {
+		add("category %d (%s) from feed %s, key %s", c.Code, c.Title, c.Feed, c.Key())
+	}
+	for i, st := range res.Trace {
+		add("step %d %s: %s", i+1, st.Step, st.Result)
+	}
+	add("verdict %s, action %s, reason %s, rule %q", res.Verdict, res.Action, res.Reason, res.Rule())
+	return log
+}
+
+// codeMappings is GET /api/v1/codemappings; nil (204) until a feed with
+// codes is loaded or when no feed is configured.
+func (b *builtins) codeMappings() any {
+	if b.feeds == nil {
+		return nil
+	}
+	codes := b.feeds.Set().Codes()
+	if len(codes) == 0 {
+		return nil
+	}
+	out := make([]any, 0, len(codes))
+	for _, c := range codes {
+		out = append(out, map[string]any{"code": int(c.Code), "title": c.Title, "feed": c.Feed})
+	}
+	return map[string]any{"codes": out}
+}
+
+// info is the info payload (DESIGN.md §6.4).
+func (b *builtins) info() map[string]any {
+	var fs []any
+	if b.feeds != nil {
+		for _, f := range b.feeds.Set().Feeds() {
+			fs = append(fs, map[string]any{"name": f.Name, "version": f.Version, "entries": f.Entries,
+				"loaded_at": f.LoadedAt.UTC().Format(time.RFC3339Nano)})
+		}
+	}
+	c := b.counts()
+	return map[string]any{"region": b.region, "version": b.version, "feeds": orEmpty(fs),
+		"sessions": c.Sessions, "settings_documents": c.SettingsDocuments,
+		"updated_at": b.clock().UTC().Format(time.RFC3339Nano)}
+}
+
+// documentMap is an effective document as a JSON object.
+func documentMap(e *settings.Effective) map[string]any {
+	m := map[string]any{}
+	if e == nil {
+		return m
+	}
+	if b, err := json.Marshal(&e.Document); err == nil {
+		_ = json.Unmarshal(b, &m) // a document always marshals to an object
+	}
+	return m
+}
+
+func addrString(a netip.Addr) any {
+	if !a.IsValid() {
+		return nil
+	}
+	return a.String()
+}
+
+func addrsAny(as []netip.Addr) []any {
+	out := make([]any, 0, len(as))
+	for _, a := range as {
+		out = append(out, a.String())
+	}
+	return out
+}
+
+func stringsAny(ss []string) []any {
+	out := make([]any, 0, len(ss))
+	for _, s := range ss {
+		out = append(out, s)
+	}
+	return out
+}
+
+func orEmpty(v []any) []any {
+	if v == nil {
+		return []any{}
+	}
+	return v
+}

@@ -1,0 +1,356 @@
+package simulator
+
+import (
+	"context"
+	"crypto/subtle"
+	_ "embed" // the default entry file
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"net/http/pprof"
+	"net/url"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/svc-pf/svc-pf/internal/httpapi"
+	"github.com/svc-pf/svc-pf/internal/luapool"
+	"github.com/svc-pf/svc-pf/internal/policy"
+)
+
+//go:embed default.lua
+var defaultEntry []byte
+
+// DefaultEntry is the embedded entry file used when lua.file is empty.
+func DefaultEntry() []byte { return defaultEntry }
+
+// Config configures a Service.
+type Config struct {
+	// Engine decides; its View is the node's read models.
+	Engine *policy.Engine
+	// Feeds is the feed backend for codemappings and info; nil when no
+	// feed is configured (codemappings answers 204).
+	Feeds FeedSet
+	// Counts sizes the read models for the info payload; nil counts 0.
+	Counts func() Counts
+	// Workers is lua.workers (>= 1); File is lua.file ("" for the
+	// embedded default); CallTimeout bounds one call (default 5s).
+	Workers     int
+	File        string
+	CallTimeout time.Duration
+	// APIKeys are the keys X-API-Key may carry on domain, simulate and
+	// codemappings; empty asks for none.
+	APIKeys []string
+	Region  string
+	Version string
+	// MaxBodyBytes bounds a form-encoded POST body (default 1 MiB: the
+	// settings parameter may carry a whole document).
+	MaxBodyBytes int64
+	Logger       *slog.Logger
+	Registerer   prometheus.Registerer
+	Clock        func() time.Time
+}
+
+// Service is spec 2's simulator: the HTTP API and its Lua workers.
+type Service struct {
+	cfg     Config
+	pool    *luapool.Pool
+	metrics *metrics
+	log     *slog.Logger
+	// info is the last info payload (JSON), refreshed every second.
+	info atomic.Pointer[[]byte]
+	// infoValue is the same payload decoded, for the status page.
+	infoValue atomic.Pointer[any]
+}
+
+// New builds the workers (each loads the entry file once) and the
+// metrics. A worker that fails to load the entry file fails New, with the
+// worker-create error counter already counted: the caller exits non-zero.
+func New(cfg Config) (*Service, error) {
+	if cfg.Engine == nil {
+		return nil, errors.New("simulator: Engine is required")
+	}
+	if cfg.Workers < 1 {
+		return nil, fmt.Errorf("lua.workers must be at least 1, not %d", cfg.Workers)
+	}
+	if cfg.Registerer == nil {
+		cfg.Registerer = prometheus.NewRegistry()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	if cfg.Counts == nil {
+		cfg.Counts = func() Counts { return Counts{} }
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 1 << 20
+	}
+	m, err := newMetrics(cfg.Registerer, cfg.Version)
+	if err != nil {
+		return nil, err
+	}
+	m.workers.Set(float64(cfg.Workers))
+	b := &builtins{engine: cfg.Engine, feeds: cfg.Feeds, counts: cfg.Counts, clock: cfg.Clock,
+		region: cfg.Region, version: cfg.Version}
+	pool, err := luapool.New(luapool.Config{
+		Workers: cfg.Workers, File: cfg.File, Source: defaultEntry,
+		Modules:     map[string]luapool.Module{ModuleName: b.module()},
+		CallTimeout: cfg.CallTimeout, Metrics: m,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("lua: %w", err)
+	}
+	s := &Service{cfg: cfg, pool: pool, metrics: m, log: cfg.Logger}
+	empty := []byte("{}")
+	s.info.Store(&empty)
+	return s, nil
+}
+
+// Close stops the workers.
+func (s *Service) Close() { s.pool.Close() }
+
+// Do runs one entry function with a request table (nil for the calls
+// without one) and returns its result.
+func (s *Service) Do(ctx context.Context, call string, req *Request) (any, error) {
+	var arg any
+	if req != nil {
+		arg = req.Table()
+	}
+	v, err := s.pool.Call(ctx, call, arg)
+	return withNulls(call, v), err
+}
+
+// Maintain runs the maintenance call and refreshes the info payload; Run
+// calls it every second.
+func (s *Service) Maintain(ctx context.Context) error {
+	if _, err := s.pool.Call(ctx, CallMaintenance, nil); err != nil {
+		s.log.Warn("maintenance call failed", "err", err)
+	}
+	v, err := s.pool.Call(ctx, CallInfo, nil)
+	if err != nil {
+		return fmt.Errorf("info call: %w", err)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("info payload: %w", err)
+	}
+	s.info.Store(&b)
+	s.infoValue.Store(&v)
+	region := ""
+	if m, ok := v.(map[string]any); ok {
+		region, _ = m["region"].(string)
+	}
+	s.metrics.setRegion(region)
+	return nil
+}
+
+// Run refreshes the info payload once per second until ctx ends.
+func (s *Service) Run(ctx context.Context) error {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		if err := s.Maintain(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("info payload not refreshed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// Info returns the last info payload, decoded (the status page's).
+func (s *Service) Info() any {
+	if v := s.infoValue.Load(); v != nil {
+		return *v
+	}
+	return map[string]any{}
+}
+
+// Mount registers spec 2's endpoints and /debug/pprof/ on r. The caller
+// mounts /, /health and /metrics (httpapi.MountStandard with Info).
+func (s *Service) Mount(r *httpapi.Router) {
+	r.Handle(http.MethodGet, "/api/v1/domain", s.keyed(s.handleDomain))
+	r.Handle(http.MethodGet, "/api/v1/simulate", s.keyed(s.handleSimulate))
+	r.Handle(http.MethodPost, "/api/v1/simulate", s.keyed(s.handleSimulate))
+	r.Handle(http.MethodGet, "/api/v1/codemappings", s.keyed(s.handleCodeMappings))
+	r.Handle(http.MethodGet, "/api/v1/info", s.handleInfo)
+	r.Handle(http.MethodGet, "/debug/pprof/{$}", pprof.Index)
+	r.Handle(http.MethodGet, "/debug/pprof/{name}", pprof.Index)
+	r.Handle(http.MethodGet, "/debug/pprof/cmdline", pprof.Cmdline)
+	r.Handle(http.MethodGet, "/debug/pprof/profile", pprof.Profile)
+	r.Handle(http.MethodGet, "/debug/pprof/symbol", pprof.Symbol)
+	r.Handle(http.MethodPost, "/debug/pprof/symbol", pprof.Symbol)
+	r.Handle(http.MethodGet, "/debug/pprof/trace", pprof.Trace)
+}
+
+// keyed checks X-API-Key against api_keys (spec 2: 401 when the list is
+// populated and the key is missing or unknown; an empty list asks none).
+func (s *Service) keyed(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if len(s.cfg.APIKeys) > 0 && !s.knownKey(r.Header.Get("X-API-Key")) {
+			httpapi.WriteError(w, http.StatusUnauthorized, "missing or unknown X-API-Key")
+			return
+		}
+		h(w, r)
+	}
+}
+
+func (s *Service) knownKey(k string) bool {
+	if k == "" {
+		return false
+	}
+	found := 0
+	for _, want := range s.cfg.APIKeys {
+		found |= subtle.ConstantTimeCompare([]byte(k), []byte(want))
+	}
+	return found == 1
+}
+
+func (s *Service) handleDomain(w http.ResponseWriter, r *http.Request) {
+	req, err := ParseLookup(r.URL.Query())
+	if err != nil {
+		s.writeErr(w, r, err)
+		return
+	}
+	s.answer(w, r, CallLookupDomain, req)
+}
+
+func (s *Service) handleSimulate(w http.ResponseWriter, r *http.Request) {
+	params := r.URL.Query()
+	if r.Method == http.MethodPost {
+		form, err := s.readForm(w, r)
+		if err != nil {
+			s.writeErr(w, r, err)
+			return
+		}
+		params = form
+	}
+	req, err := ParseSimulate(params)
+	if err != nil {
+		s.writeErr(w, r, err)
+		return
+	}
+	s.answer(w, r, CallSimulateUser, req)
+}
+
+// readForm reads a POST body as application/x-www-form-urlencoded (spec 2).
+func (s *Service) readForm(w http.ResponseWriter, r *http.Request) (url.Values, error) {
+	ct := r.Header.Get("Content-Type")
+	if ct != "" {
+		if mt, _, _ := mime.ParseMediaType(ct); mt != "application/x-www-form-urlencoded" {
+			return nil, badf("POST /api/v1/simulate takes application/x-www-form-urlencoded, not %q", ct)
+		}
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, badf("the form is larger than %d bytes", s.cfg.MaxBodyBytes)
+		}
+		return nil, badf("reading the form: %v", err)
+	}
+	v, err := url.ParseQuery(string(b))
+	if err != nil {
+		return nil, badf("the form is not URL-encoded: %v", err)
+	}
+	return v, nil
+}
+
+func (s *Service) handleCodeMappings(w http.ResponseWriter, r *http.Request) {
+	v, err := s.pool.Call(r.Context(), CallCodeMappings, nil)
+	if err != nil {
+		s.writeErr(w, r, err)
+		return
+	}
+	if isEmpty(v) {
+		w.WriteHeader(http.StatusNoContent) // no feed backend, or not loaded yet
+		return
+	}
+	httpapi.WriteJSON(w, http.StatusOK, v)
+}
+
+func (s *Service) handleInfo(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(*s.info.Load())
+}
+
+// answer runs call for req and writes its result as the body.
+func (s *Service) answer(w http.ResponseWriter, r *http.Request, call string, req *Request) {
+	v, err := s.Do(r.Context(), call, req)
+	if err != nil {
+		s.writeErr(w, r, err)
+		return
+	}
+	httpapi.WriteJSON(w, http.StatusOK, v)
+}
+
+// withNulls puts back the identity fields a trip through Lua dropped: a
+// Lua table cannot hold nil, so an unknown ip or profile would vanish from
+// the body instead of reading null.
+func withNulls(call string, v any) any {
+	if call != CallSimulateUser {
+		return v
+	}
+	if m, ok := v.(map[string]any); ok {
+		if id, ok := m["identity"].(map[string]any); ok {
+			for _, k := range identityFields {
+				if _, ok := id[k]; !ok {
+					id[k] = nil
+				}
+			}
+		}
+	}
+	return v
+}
+
+// writeErr maps an error to its status: a bad parameter 400, a client
+// gone 499-style (nothing written), a script error or a timeout 500.
+func (s *Service) writeErr(w http.ResponseWriter, r *http.Request, err error) {
+	if code, msg := Status(err); code != http.StatusInternalServerError {
+		if code != 0 {
+			httpapi.WriteError(w, code, msg)
+		}
+		return
+	}
+	s.log.Warn("simulator call failed", "path", r.URL.Path, "request_id", httpapi.RequestID(r.Context()), "err", err)
+	httpapi.WriteError(w, http.StatusInternalServerError, err.Error())
+}
+
+// Status maps a call's error to an HTTP status and message: 400 for a bad
+// parameter, 0 when the client went away (nothing to answer), 500 for a
+// script error or a call over its time bound.
+func Status(err error) (int, string) {
+	var bad *BadRequest
+	switch {
+	case errors.As(err, &bad):
+		return http.StatusBadRequest, bad.Msg
+	case errors.Is(err, context.Canceled):
+		return 0, ""
+	}
+	return http.StatusInternalServerError, err.Error()
+}
+
+// isEmpty reports a result that means "no content": nil or an empty table.
+func isEmpty(v any) bool {
+	switch x := v.(type) {
+	case nil:
+		return true
+	case map[string]any:
+		return len(x) == 0
+	case []any:
+		return len(x) == 0
+	}
+	return false
+}
