@@ -1,0 +1,172 @@
+package upstream
+
+import (
+	"encoding/binary"
+
+	"github.com/miekg/dns"
+)
+
+// DNS header layout (RFC 1035 §4.1.1), read straight from the wire so that a
+// reply is judged before the cost of a full parse.
+const (
+	headerLen = 12
+	flagQR    = 1 << 15
+	flagTC    = 1 << 9
+)
+
+// buildQuery returns the message sent upstream for q: the caller's question
+// exactly as given (its letter case travels to the forwarder and back, so a
+// client's 0x20 case randomisation survives), RD set because forwarders are
+// recursive resolvers and we want the whole answer from them, the client's
+// CD and AD bits (RFC 6840 §5.7, §5.9: asking for unvalidated data, and
+// saying the AD bit is understood), and an OPT record of our own carrying
+// our UDP payload size and the client's DO bit. The client's other EDNS
+// options (client subnet, cookies, padding) are hop-by-hop or private and
+// are not forwarded. The id is left zero: every attempt writes a fresh one.
+func buildQuery(q *dns.Msg, udpSize uint16) *dns.Msg {
+	out := &dns.Msg{
+		MsgHdr: dns.MsgHdr{
+			Opcode:            dns.OpcodeQuery,
+			RecursionDesired:  true,
+			CheckingDisabled:  q.CheckingDisabled,
+			AuthenticatedData: q.AuthenticatedData,
+		},
+		Question: []dns.Question{q.Question[0]},
+	}
+	do := false
+	if opt := q.IsEdns0(); opt != nil {
+		do = opt.Do()
+	}
+	out.SetEdns0(udpSize, do)
+	return out
+}
+
+// replyVerdict is what checkReply concluded about one packet.
+type replyVerdict int
+
+const (
+	// replyAnswer: the answer to our query, fully parsed.
+	replyAnswer replyVerdict = iota
+	// replyTruncated: the answer to our query with TC set; only its
+	// header and question were read, the rest may be cut anywhere.
+	replyTruncated
+	// replyParseError: too short, or the header or question could not be
+	// read, or the answer to our query could not be parsed.
+	replyParseError
+	// replyUnexpected: a well-formed packet that is not the answer to our
+	// query (not a response, other opcode, other question).
+	replyUnexpected
+	// replyNearMiss: a response to our question with another id, the
+	// signature of someone guessing ids.
+	replyNearMiss
+)
+
+// expected is what a reply must match: the id and question of the packet
+// as sent. name is the question name as the wire carries it back (unpacked
+// from our own packet), so that comparing does not depend on how the caller
+// spelled escapes.
+type expected struct {
+	id     uint16
+	name   string
+	qtype  uint16
+	qclass uint16
+}
+
+// checkReply judges one packet read from a forwarder against the query it
+// should answer. It never panics, whatever pkt holds (FuzzCheckReply). For
+// replyAnswer the parsed message is returned, and caseDiffers tells that
+// the echoed question name matched only case-insensitively.
+//
+// A response with no question section is accepted when it carries our id
+// and an error rcode: servers answer FORMERR, NOTIMP or REFUSED like that,
+// and the caller treats the rcode as this forwarder's failure, never as an
+// answer, so an off-path guess of the id alone gains nothing.
+func checkReply(pkt []byte, want *expected) (m *dns.Msg, v replyVerdict, caseDiffers bool) {
+	if len(pkt) < headerLen {
+		return nil, replyParseError, false
+	}
+	id := binary.BigEndian.Uint16(pkt[0:])
+	bits := binary.BigEndian.Uint16(pkt[2:])
+	qdcount := binary.BigEndian.Uint16(pkt[4:])
+	// The order of the checks follows PowerDNS's (handleUDPServerResponse),
+	// so that the same packet lands in the same statistic: a query or a
+	// response without a question is unexpected, a question that cannot be
+	// read is a parse error, a question that is not ours is unexpected.
+	if bits&flagQR == 0 {
+		return nil, replyUnexpected, false
+	}
+	if qdcount == 0 {
+		if id != want.id || int(bits>>11)&0xF != dns.OpcodeQuery || !isForwarderFailure(int(bits&0xF)) {
+			return nil, replyUnexpected, false
+		}
+		m = new(dns.Msg)
+		if err := m.Unpack(pkt); err != nil {
+			return nil, replyParseError, false
+		}
+		if !isForwarderFailure(m.Rcode) {
+			// An OPT record's extended rcode bits made it another rcode
+			// (found by FuzzCheckReply): not the failure it looked like.
+			return nil, replyUnexpected, false
+		}
+		return m, replyAnswer, false
+	}
+	name, off, err := dns.UnpackDomainName(pkt, headerLen)
+	if err != nil || off+4 > len(pkt) {
+		return nil, replyParseError, false
+	}
+	qtype := binary.BigEndian.Uint16(pkt[off:])
+	qclass := binary.BigEndian.Uint16(pkt[off+2:])
+	if qdcount != 1 || int(bits>>11)&0xF != dns.OpcodeQuery ||
+		qtype != want.qtype || qclass != want.qclass || !equalFoldASCII(name, want.name) {
+		return nil, replyUnexpected, false
+	}
+	if id != want.id {
+		return nil, replyNearMiss, false
+	}
+	caseDiffers = name != want.name
+	if bits&flagTC != 0 {
+		return nil, replyTruncated, caseDiffers
+	}
+	m = new(dns.Msg)
+	if err := m.Unpack(pkt); err != nil {
+		return nil, replyParseError, false
+	}
+	return m, replyAnswer, caseDiffers
+}
+
+// equalFoldASCII compares DNS names ignoring ASCII letter case only
+// (RFC 4343): bytes outside A–Z must match exactly, unlike strings.EqualFold,
+// which would also fold Unicode look-alikes.
+func equalFoldASCII(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if x == y {
+			continue
+		}
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+// isForwarderFailure tells the rcodes that speak about the forwarder, not
+// about the name: it could not resolve (SERVFAIL), will not serve us
+// (REFUSED), or did not understand the query (FORMERR, NOTIMP). Another
+// forwarder may do better, so such a reply is not returned as the answer.
+func isForwarderFailure(rcode int) bool {
+	switch rcode {
+	case dns.RcodeServerFailure, dns.RcodeRefused, dns.RcodeFormatError, dns.RcodeNotImplemented:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,328 @@
+package upstream
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// Defaults for the zero fields of Config.
+const (
+	DefaultTimeout     = 1500 * time.Millisecond
+	DefaultMaxTime     = 4 * time.Second
+	DefaultRounds      = 2
+	DefaultUDPSize     = 1232 // DNS Flag Day 2020: fits the common 1280-byte IPv6 MTU without fragments
+	DefaultMaxUDPUses  = 64
+	DefaultMaxIdleUDP  = 64
+	DefaultMaxIdleTCP  = 8
+	DefaultIdleTimeout = 10 * time.Second
+	DefaultMaxInFlight = 2048 // PowerDNS's max-mthreads default: as many queries may wait on the network at once
+	DefaultNearMissMax = 1    // PowerDNS's spoof-nearmiss-max default since 4.5
+)
+
+// MaxForwarders bounds Config.Forwarders: an Exchange tracks its forwarders
+// in one 64-bit word.
+const MaxForwarders = 64
+
+// Errors returned by Exchange; test with errors.Is.
+var (
+	// ErrAllFailed: no forwarder gave a usable answer within the bounds
+	// (every attempt timed out, failed, was refused, or answered SERVFAIL,
+	// REFUSED, FORMERR or NOTIMP). The caller answers SERVFAIL.
+	ErrAllFailed = errors.New("upstream: no forwarder answered")
+	// ErrBadQuery: the query cannot be forwarded (not exactly one
+	// question, not a standard query, or a name that does not pack). The
+	// caller answers FORMERR or NOTIMP.
+	ErrBadQuery = errors.New("upstream: query cannot be forwarded")
+	// ErrClosed: Exchange after Close.
+	ErrClosed = errors.New("upstream: client closed")
+)
+
+// Config configures a Client. Zero fields take the defaults above.
+type Config struct {
+	// Forwarders are the recursive resolvers queries are sent to, the
+	// resolver's `forwarders` config key. At least one, at most
+	// MaxForwarders, no duplicates, no unspecified address or zero port.
+	Forwarders []netip.AddrPort
+	// Timeout bounds one attempt: waiting for one forwarder's answer over
+	// UDP, or, after a truncated one, over TCP (connecting included).
+	Timeout time.Duration
+	// MaxTime bounds a whole Exchange, retries included: past it Exchange
+	// returns ErrAllFailed. A context deadline that comes sooner wins.
+	MaxTime time.Duration
+	// Rounds is how many times an Exchange may go through the forwarders
+	// (each round tries each once, the fastest first). Later rounds skip
+	// forwarders that answered with a failure rcode: asking again would
+	// only repeat it.
+	Rounds int
+	// UDPSize is the EDNS0 UDP payload size advertised to forwarders;
+	// answers bigger than this come truncated and are fetched over TCP.
+	// At least 512.
+	UDPSize uint16
+	// MaxUDPUses is how many queries one UDP socket carries before it is
+	// closed, so that source ports keep changing (a socket is also closed
+	// after any timeout, error or stray packet).
+	MaxUDPUses int
+	// MaxIdleUDP and MaxIdleTCP bound the idle sockets kept per forwarder.
+	MaxIdleUDP int
+	MaxIdleTCP int
+	// IdleTimeout is how long an idle connection is kept for reuse. It is
+	// below the idle timeouts of common resolvers' TCP servers (Unbound,
+	// BIND: 30 s; RFC 7766 suggests several seconds), so that a kept
+	// connection is seldom found closed by the other end.
+	IdleTimeout time.Duration
+	// MaxInFlight bounds the queries waiting on forwarders at once, hence
+	// the sockets open; a query finding no slot before its deadline fails
+	// (counted as resource-limits).
+	MaxInFlight int
+	// NearMissMax is PowerDNS's spoof-nearmiss-max: an answer that arrives
+	// after more than this many replies to the same question with a wrong
+	// id is dropped as a likely spoof, and the attempt fails. Negative
+	// turns the check off; zero means the default, 1.
+	NearMissMax int
+	// Metrics receives the counts; nil counts nothing.
+	Metrics Metrics
+}
+
+// Client forwards queries to the configured forwarders. It is safe for
+// concurrent use; each in-flight query has its own socket.
+type Client struct {
+	fwds        []*forwarder
+	timeout     time.Duration
+	maxTime     time.Duration
+	rounds      int
+	udpSize     uint16
+	maxUDPUses  int
+	maxIdleUDP  int
+	maxIdleTCP  int
+	idleTimeout time.Duration
+	nearMissMax int
+	metrics     Metrics
+
+	slots  chan struct{}
+	bufs   sync.Pool // *[]byte of bufLen: the query packet, then the UDP read buffer
+	bufLen int
+	closed atomic.Bool
+}
+
+// queryArea is the front of an Exchange's buffer holding the packed query
+// after two bytes for the TCP length prefix. A query (one question of at
+// most 255 bytes and our OPT record) is under 300 bytes.
+const queryArea = 2 + 510
+
+// New validates cfg and returns a Client. It opens no socket: those are
+// made on demand, per forwarder.
+func New(cfg Config) (*Client, error) {
+	c := &Client{
+		timeout:     orDefault(cfg.Timeout, DefaultTimeout),
+		maxTime:     orDefault(cfg.MaxTime, DefaultMaxTime),
+		rounds:      orDefault(cfg.Rounds, DefaultRounds),
+		udpSize:     orDefault(cfg.UDPSize, DefaultUDPSize),
+		maxUDPUses:  orDefault(cfg.MaxUDPUses, DefaultMaxUDPUses),
+		maxIdleUDP:  orDefault(cfg.MaxIdleUDP, DefaultMaxIdleUDP),
+		maxIdleTCP:  orDefault(cfg.MaxIdleTCP, DefaultMaxIdleTCP),
+		idleTimeout: orDefault(cfg.IdleTimeout, DefaultIdleTimeout),
+		nearMissMax: orDefault(cfg.NearMissMax, DefaultNearMissMax),
+		metrics:     cfg.Metrics,
+	}
+	if c.metrics == nil {
+		c.metrics = NopMetrics{}
+	}
+	maxInFlight := orDefault(cfg.MaxInFlight, DefaultMaxInFlight)
+	switch {
+	case len(cfg.Forwarders) == 0:
+		return nil, errors.New("upstream: no forwarders")
+	case len(cfg.Forwarders) > MaxForwarders:
+		return nil, fmt.Errorf("upstream: %d forwarders, at most %d", len(cfg.Forwarders), MaxForwarders)
+	case c.timeout < 0, c.maxTime < 0, c.rounds < 0, c.maxUDPUses < 0, c.maxIdleUDP < 0,
+		c.maxIdleTCP < 0, c.idleTimeout < 0, maxInFlight < 0:
+		return nil, errors.New("upstream: negative timeout, rounds, uses, idle or in-flight limit")
+	case c.timeout > c.maxTime:
+		return nil, fmt.Errorf("upstream: timeout %v longer than max time %v", c.timeout, c.maxTime)
+	case c.udpSize < dns.MinMsgSize:
+		return nil, fmt.Errorf("upstream: UDP size %d under %d", c.udpSize, dns.MinMsgSize)
+	}
+	seen := make(map[netip.AddrPort]bool, len(cfg.Forwarders))
+	for i, ap := range cfg.Forwarders {
+		// A v4-mapped IPv6 address is the IPv4 forwarder it names: dialled
+		// and counted as IPv4.
+		ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+		switch {
+		case !ap.IsValid() || ap.Port() == 0:
+			return nil, fmt.Errorf("upstream: forwarder %d: %q is not ip:port", i, cfg.Forwarders[i])
+		case ap.Addr().IsUnspecified() || ap.Addr().IsMulticast():
+			return nil, fmt.Errorf("upstream: forwarder %d: %s is not a unicast address", i, ap)
+		case ap.Addr().Zone() != "":
+			return nil, fmt.Errorf("upstream: forwarder %d: %s has a zone", i, ap)
+		case seen[ap]:
+			return nil, fmt.Errorf("upstream: forwarder %s given twice", ap)
+		}
+		seen[ap] = true
+		c.fwds = append(c.fwds, &forwarder{addr: ap, ipv6: ap.Addr().Is6(), index: i})
+	}
+	c.slots = make(chan struct{}, maxInFlight)
+	// A forwarder may answer up to our advertised size over UDP; 4 KiB at
+	// least, so that one overstepping a small advertised size a little is
+	// still read. A datagram longer than the buffer arrives cut and is
+	// ignored as unparsable.
+	c.bufLen = queryArea + max(int(c.udpSize), 4096)
+	c.bufs.New = func() any {
+		b := make([]byte, c.bufLen)
+		return &b
+	}
+	return c, nil
+}
+
+func orDefault[T int | uint16 | time.Duration](v, def T) T {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// Close closes the idle connections; queries in flight finish and close
+// theirs. Exchange then returns ErrClosed.
+func (c *Client) Close() error {
+	c.closed.Store(true)
+	for _, f := range c.fwds {
+		f.udp.close()
+		f.tcp.close()
+	}
+	return nil
+}
+
+// Exchange forwards q and returns the forwarder's answer, or an error that
+// Is ErrAllFailed within MaxTime (or the context's deadline, if sooner) when
+// no forwarder gave one. q is not modified.
+//
+// The answer carries q's id and q's question exactly (letter case
+// included), whatever case the forwarder echoed. Its rcode is never
+// SERVFAIL, REFUSED, FORMERR or NOTIMP: those mean that forwarder failed,
+// and the next one is asked. Its OPT record, if any, is the forwarder's,
+// answering our EDNS (payload size Config.UDPSize, the client's DO bit):
+// the caller rebuilds EDNS and sizes the reply for its own client.
+//
+// Each attempt sends a fresh random id from a socket of its own, and the
+// reply must echo id and question (see checkReply); anything else read
+// meanwhile is ignored, counted, and the wait goes on until the attempt's
+// deadline. A truncated UDP answer is asked again over TCP from the same
+// forwarder, and the rest of this Exchange stays on TCP.
+func (c *Client) Exchange(ctx context.Context, q *dns.Msg) (*dns.Msg, error) {
+	if c.closed.Load() {
+		return nil, ErrClosed
+	}
+	if q == nil || len(q.Question) != 1 || q.Response || q.Opcode != dns.OpcodeQuery {
+		return nil, ErrBadQuery
+	}
+	start := time.Now()
+	deadline := start.Add(c.maxTime)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	if err := c.acquire(ctx, deadline); err != nil {
+		return nil, err
+	}
+	defer func() { <-c.slots }()
+
+	bufp := c.bufs.Get().(*[]byte)
+	defer c.bufs.Put(bufp)
+	buf := *bufp
+	packed, err := buildQuery(q, c.udpSize).PackBuffer(buf[2:queryArea])
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadQuery, err)
+	}
+	if len(packed) > queryArea-2 {
+		return nil, fmt.Errorf("%w: query of %d bytes", ErrBadQuery, len(packed))
+	}
+	wire := buf[:2+copy(buf[2:], packed)]
+	binary.BigEndian.PutUint16(wire, uint16(len(wire)-2))
+	want := expected{qtype: q.Question[0].Qtype, qclass: q.Question[0].Qclass}
+	if want.name, _, err = dns.UnpackDomainName(wire[2:], headerLen); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadQuery, err)
+	}
+	ex := exchange{c: c, ctx: ctx, wire: wire, want: &want, rbuf: buf[queryArea:], deadline: deadline}
+
+	var orderBuf [8]*forwarder
+	fwds := order(start, c.fwds, c.timeout, orderBuf[:0])
+	var gaveFailure uint64 // bit i: fwds[i] answered with a failure rcode
+	var lastErr error
+	attempts := 0
+rounds:
+	for range c.rounds {
+		for i, f := range fwds {
+			if gaveFailure&(1<<i) != 0 {
+				continue
+			}
+			if ctx.Err() != nil || !time.Now().Before(deadline) {
+				break rounds
+			}
+			attempts++
+			ans, err := ex.attempt(f)
+			if err != nil {
+				lastErr = err
+				continue
+			}
+			if isForwarderFailure(ans.Rcode) {
+				gaveFailure |= 1 << i
+				lastErr = fmt.Errorf("%s answered %s", f.addr, dns.RcodeToString[ans.Rcode])
+				continue
+			}
+			ans.Id = q.Id
+			ans.Question = append(ans.Question[:0], q.Question[0])
+			return ans, nil
+		}
+	}
+	ctxErr := ctx.Err()
+	if d, ok := ctx.Deadline(); ok && ctxErr == nil && !time.Now().Before(d) {
+		// The last read timed out at the context's deadline a moment
+		// before the context noticed: say so, as the caller set it.
+		ctxErr = context.DeadlineExceeded
+	}
+	switch {
+	case ctxErr != nil:
+		lastErr = errors.Join(ctxErr, lastErr)
+	case lastErr == nil:
+		lastErr = errors.New("no time left for an attempt")
+	}
+	return nil, fmt.Errorf("%w (%s, %d attempts in %v): %w", ErrAllFailed, q.Question[0].Name, attempts,
+		time.Since(start).Round(time.Millisecond), lastErr)
+}
+
+// acquire takes an in-flight slot, waiting until deadline when all are
+// taken: a burst waits a little rather than opening sockets without bound.
+func (c *Client) acquire(ctx context.Context, deadline time.Time) error {
+	select {
+	case c.slots <- struct{}{}:
+		return nil
+	default:
+	}
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case c.slots <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%w: waiting for an in-flight slot: %w", ErrAllFailed, ctx.Err())
+	case <-t.C:
+		c.metrics.ResourceLimit()
+		return fmt.Errorf("%w: all %d in-flight slots stayed busy", ErrAllFailed, cap(c.slots))
+	}
+}
+
+// newID writes a fresh id into the query packet: crypto/rand, because an
+// off-path attacker who can predict ids needs only guess the source port
+// to poison the answer (RFC 5452).
+func newID(wire []byte, want *expected) {
+	var b [2]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand, Go 1.24+)
+	want.id = binary.BigEndian.Uint16(b[:])
+	copy(wire[2:4], b[:])
+}
