@@ -1,0 +1,382 @@
+package cache
+
+import (
+	"hash/maphash"
+	"math/bits"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// RecordKey names what the record cache holds: the answer to one question,
+// with or without DNSSEC records. Name is a fully qualified name in any
+// letter case; the cache lower-cases it.
+type RecordKey struct {
+	Name  string
+	Type  uint16
+	Class uint16
+	DO    bool
+}
+
+// RecordAnswer is a record-cache hit: the upstream's answer and authority
+// sections as they were stored, copied for the caller and with TTLs aged.
+type RecordAnswer struct {
+	// Rcode is dns.RcodeSuccess or dns.RcodeNameError.
+	Rcode int
+	// AuthenticatedData is the upstream's AD bit.
+	AuthenticatedData bool
+	// Negative is true for NXDOMAIN and NODATA; Ns then holds the SOA the
+	// reply carries in its authority section (RFC 2308 §3).
+	Negative bool
+	Answer   []dns.RR
+	Ns       []dns.RR
+	// TTL is how many seconds the entry has left.
+	TTL uint32
+}
+
+// Record is the record cache and the negative cache: what the upstream said
+// for a question, kept once for every policy class, so that a query from a
+// subscriber of another class is answered by running the policy over it
+// without asking upstream again. See the package documentation.
+//
+// It sits on the miss path, behind the packet cache, and returns copies, so
+// it is a plain map per shard under an RWMutex.
+type Record struct {
+	seed     maphash.Seed
+	shards   []recordShard
+	mask     uint64
+	perShard int
+
+	minTTL, maxTTL, negativeTTL uint32
+}
+
+type recordShard struct {
+	mu sync.RWMutex
+	m  map[recordKey]*recordEntry
+
+	hits, misses        atomic.Uint64
+	inserts, evictions  atomic.Uint64
+	entries, negEntries atomic.Int64
+	_                   [64]byte
+}
+
+type recordKey struct {
+	name   string
+	qtype  uint16
+	qclass uint16
+	do     bool
+}
+
+// typeNXDomain is the type of a name-wide NXDOMAIN entry: type 0 is reserved
+// (RFC 6895) and never asked for, and an NXDOMAIN holds for every type.
+const typeNXDomain = 0
+
+// recordEntry is immutable once stored, except lastUsed.
+type recordEntry struct {
+	rcode    int
+	ad       bool
+	negative bool
+	answer   []dns.RR
+	ns       []dns.RR
+	born     time.Time
+	life     time.Duration
+	lastUsed atomic.Int64 // Unix nanoseconds, for sampled LRU
+}
+
+func (e *recordEntry) expired(now time.Time) bool { return now.Sub(e.born) >= e.life }
+
+// NewRecord builds a record cache.
+func NewRecord(cfg RecordConfig) (*Record, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	shards := cfg.Shards
+	if shards == 0 {
+		shards = 8 * runtime.GOMAXPROCS(0)
+	}
+	shards = 1 << bits.Len(uint(shards-1))
+	for shards > 1 && shards > cfg.Entries {
+		shards /= 2
+	}
+	c := &Record{
+		seed:        maphash.MakeSeed(),
+		shards:      make([]recordShard, shards),
+		mask:        uint64(shards - 1),
+		perShard:    (cfg.Entries + shards - 1) / shards,
+		minTTL:      seconds(cfg.MinTTL),
+		maxTTL:      seconds(cfg.MaxTTL),
+		negativeTTL: seconds(cfg.NegativeTTL),
+	}
+	for i := range c.shards {
+		c.shards[i].m = make(map[recordKey]*recordEntry)
+	}
+	return c, nil
+}
+
+// shard is chosen by name alone, so that the exact lookup and the
+// name-wide NXDOMAIN lookup of one Get share a lock.
+func (c *Record) shard(name string) *recordShard {
+	return &c.shards[maphash.String(c.seed, name)&c.mask]
+}
+
+// Get returns the cached answer for k: the entry for the question, else an
+// NXDOMAIN entry for the name (which holds for every type). The records are
+// copies with every TTL lowered by the whole seconds since they were stored.
+func (c *Record) Get(k RecordKey, now time.Time) (RecordAnswer, bool) {
+	name := dns.CanonicalName(k.Name) // allocates only when k.Name is not already canonical
+	sh := c.shard(name)
+	key := recordKey{name, k.Type, k.Class, k.DO}
+	sh.mu.RLock()
+	e := sh.m[key]
+	if e == nil || e.expired(now) {
+		key.qtype = typeNXDomain
+		e = sh.m[key]
+	}
+	sh.mu.RUnlock()
+	if e == nil || e.expired(now) {
+		sh.misses.Add(1)
+		return RecordAnswer{}, false
+	}
+	sh.hits.Add(1)
+	if last := e.lastUsed.Load(); now.UnixNano()-last > int64(time.Second) {
+		e.lastUsed.Store(now.UnixNano()) // at most once a second: hot entries stay read-shared
+	}
+	age := max(now.Sub(e.born), 0)
+	elapsed := uint32(age / time.Second)
+	return RecordAnswer{
+		Rcode:             e.rcode,
+		AuthenticatedData: e.ad,
+		Negative:          e.negative,
+		Answer:            copyAged(e.answer, elapsed),
+		Ns:                copyAged(e.ns, elapsed),
+		TTL:               uint32(e.life/time.Second) - elapsed, // ≥ 1: not expired
+	}, true
+}
+
+func copyAged(rrs []dns.RR, elapsed uint32) []dns.RR {
+	if len(rrs) == 0 {
+		return nil
+	}
+	out := make([]dns.RR, len(rrs))
+	for i, rr := range rrs {
+		out[i] = dns.Copy(rr)
+		h := out[i].Header()
+		h.Ttl -= min(h.Ttl, elapsed)
+	}
+	return out
+}
+
+// Put stores the upstream response m to the question k and returns the
+// entry's lifetime in seconds, or a NotCached error. m is not retained.
+//
+//   - NOERROR with answers: the answer and authority sections, every TTL
+//     raised to min_ttl and lowered to max_ttl; the entry lives as long as
+//     the smallest of them.
+//   - NODATA (NOERROR, no answers) and NXDOMAIN: the RFC 2308 §5 lifetime,
+//     the smaller of the authority SOA's TTL and MINIMUM (and of the TTLs
+//     of a CNAME chain in the answer), at most negative_ttl, every TTL
+//     lowered to it. An NXDOMAIN with an empty answer section is stored for
+//     the name and holds for every type; one reached through a CNAME is
+//     stored for the question only, because the name asked for exists.
+//     Without an SOA a negative answer is not stored (RFC 2308 §5).
+//   - SERVFAIL, any other rcode, or TC: not stored.
+func (c *Record) Put(k RecordKey, m *dns.Msg, now time.Time) (uint32, error) {
+	if k.Name == "" {
+		return 0, NotCachedKey
+	}
+	name := dns.CanonicalName(k.Name)
+	if m == nil || !m.Response || m.Opcode != dns.OpcodeQuery || len(m.Question) != 1 ||
+		!strings.EqualFold(m.Question[0].Name, name) ||
+		m.Question[0].Qtype != k.Type || m.Question[0].Qclass != k.Class {
+		return 0, NotCachedMismatch
+	}
+	if m.Truncated {
+		return 0, NotCachedTruncated
+	}
+	key := recordKey{name, k.Type, k.Class, k.DO}
+	e := &recordEntry{rcode: m.Rcode, ad: m.AuthenticatedData, born: now}
+	var life uint32
+	switch {
+	case m.Rcode == dns.RcodeSuccess && len(m.Answer) > 0:
+		e.answer = clampCopy(m.Answer, c.minTTL, c.maxTTL)
+		e.ns = clampCopy(m.Ns, c.minTTL, c.maxTTL)
+		if len(e.answer) == 0 { // nothing but an OPT where the answers should be
+			return 0, NotCachedMalformed
+		}
+		life = min(minTTL(e.answer), minTTL(e.ns))
+	case m.Rcode == dns.RcodeSuccess || m.Rcode == dns.RcodeNameError:
+		soa := firstSOA(m.Ns)
+		if soa == nil {
+			return 0, NotCachedNoSOA
+		}
+		life = min(ttl2181(soa.Hdr.Ttl), ttl2181(soa.Minttl), minTTL(m.Answer), c.negativeTTL)
+		e.negative = true
+		e.answer = clampCopy(m.Answer, 0, life)
+		e.ns = clampCopy(m.Ns, 0, life)
+		if m.Rcode == dns.RcodeNameError && len(m.Answer) == 0 {
+			key.qtype = typeNXDomain
+		}
+	default:
+		return 0, NotCachedRcode
+	}
+	if life == 0 {
+		return 0, NotCachedZeroTTL
+	}
+	e.life = time.Duration(life) * time.Second
+	e.lastUsed.Store(now.UnixNano())
+	c.insert(c.shard(name), key, e, now)
+	return life, nil
+}
+
+func firstSOA(rrs []dns.RR) *dns.SOA {
+	for _, rr := range rrs {
+		if soa, ok := rr.(*dns.SOA); ok {
+			return soa
+		}
+	}
+	return nil
+}
+
+// minTTL is the smallest TTL of rrs, a TTL with the top bit set counting as
+// 0 (RFC 2181 §8); the largest TTL for none, so that it drops out of a min.
+func minTTL(rrs []dns.RR) uint32 {
+	m := ^uint32(0)
+	for _, rr := range rrs {
+		m = min(m, ttl2181(rr.Header().Ttl))
+	}
+	return m
+}
+
+// ttl2181 reads a TTL as RFC 2181 §8 says: one with the top bit set is 0.
+func ttl2181(t uint32) uint32 {
+	if t > 1<<31-1 {
+		return 0
+	}
+	return t
+}
+
+// clampCopy copies rrs (the caller's message stays theirs) with every TTL
+// brought into [lo, hi], leaving out OPT records, which are per-message.
+func clampCopy(rrs []dns.RR, lo, hi uint32) []dns.RR {
+	out := make([]dns.RR, 0, len(rrs))
+	for _, rr := range rrs {
+		if rr.Header().Rrtype == dns.TypeOPT {
+			continue
+		}
+		cp := dns.Copy(rr)
+		h := cp.Header()
+		h.Ttl = min(max(ttl2181(h.Ttl), lo), hi)
+		out = append(out, cp)
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// insert stores e, evicting when the shard is full: among up to eight
+// entries sampled from the map (Go starts each range at a random place) an
+// expired one, else the least recently used — Redis's approximated LRU,
+// which needs no list to maintain on every hit.
+func (c *Record) insert(sh *recordShard, key recordKey, e *recordEntry, now time.Time) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if old, ok := sh.m[key]; ok {
+		sh.count(old, -1)
+	} else if len(sh.m) >= c.perShard {
+		var victim recordKey
+		var oldest int64
+		found, n := false, 0
+		for k, v := range sh.m {
+			if v.expired(now) {
+				victim, found = k, true
+				break
+			}
+			if last := v.lastUsed.Load(); !found || last < oldest {
+				victim, oldest, found = k, last, true
+			}
+			if n++; n == 8 {
+				break
+			}
+		}
+		if found {
+			sh.count(sh.m[victim], -1)
+			delete(sh.m, victim)
+			sh.evictions.Add(1)
+		}
+	}
+	sh.m[key] = e
+	sh.count(e, 1)
+	sh.inserts.Add(1)
+}
+
+func (sh *recordShard) count(e *recordEntry, d int64) {
+	if e.negative {
+		sh.negEntries.Add(d)
+	} else {
+		sh.entries.Add(d)
+	}
+}
+
+func (c *Record) removeIf(drop func(recordKey, *recordEntry) bool) int {
+	n := 0
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		for k, e := range sh.m {
+			if drop(k, e) {
+				sh.count(e, -1)
+				delete(sh.m, k)
+				n++
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Sweep removes expired entries and returns how many; a server runs it
+// every minute or so to return their memory and keep the entry counts exact.
+func (c *Record) Sweep(now time.Time) int {
+	return c.removeIf(func(_ recordKey, e *recordEntry) bool { return e.expired(now) })
+}
+
+// Flush removes the entries for a name (any case), or with subtree for the
+// name and every name under it, and returns how many.
+func (c *Record) Flush(name string, subtree bool) int {
+	name = dns.CanonicalName(name)
+	return c.removeIf(func(k recordKey, _ *recordEntry) bool {
+		if subtree {
+			return dns.IsSubDomain(name, k.name)
+		}
+		return k.name == name
+	})
+}
+
+// RecordStats are the record cache's counters: Hits, Misses, Entries and
+// NegEntries are PowerDNS's cache-hits, cache-misses, cache-entries and
+// negcache-entries.
+type RecordStats struct {
+	Hits, Misses        uint64
+	Entries, NegEntries int64
+	Inserts, Evictions  uint64
+}
+
+// Stats sums the shards' counters.
+func (c *Record) Stats() RecordStats {
+	var s RecordStats
+	for i := range c.shards {
+		sh := &c.shards[i]
+		s.Hits += sh.hits.Load()
+		s.Misses += sh.misses.Load()
+		s.Entries += sh.entries.Load()
+		s.NegEntries += sh.negEntries.Load()
+		s.Inserts += sh.inserts.Load()
+		s.Evictions += sh.evictions.Load()
+	}
+	return s
+}

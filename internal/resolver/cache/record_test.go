@@ -1,0 +1,295 @@
+package cache_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/svc-pf/svc-pf/internal/resolver/cache"
+)
+
+// upstream builds an upstream response to name/qtype.
+func upstream(t testing.TB, name string, qtype uint16, rcode int, answer, ns []dns.RR) *dns.Msg {
+	t.Helper()
+	m := new(dns.Msg)
+	m.SetQuestion(name, qtype)
+	m.Response, m.RecursionAvailable = true, true
+	m.Rcode = rcode
+	m.Answer, m.Ns = answer, ns
+	return m
+}
+
+func TestRecordGet(t *testing.T) {
+	c := newRecord(t, func(c *cache.RecordConfig) { c.MinTTL, c.MaxTTL = 10*time.Second, time.Hour })
+	m := upstream(t, "www.example.com.", dns.TypeA, 0, []dns.RR{
+		rr(t, "www.example.com. 86400 IN CNAME web.example.com."),
+		rr(t, "web.example.com. 300 IN A 192.0.2.1"),
+		rr(t, "web.example.com. 2 IN A 192.0.2.2"),
+	}, nil)
+	m.AuthenticatedData = true
+	m.SetEdns0(1232, true)
+	k := cache.RecordKey{Name: "www.example.com.", Type: dns.TypeA, Class: dns.ClassINET, DO: true}
+	if life, err := c.Put(k, m, t0); err != nil || life != 10 {
+		t.Fatalf("Put = %d, %v; want 10 (min_ttl raised the 2)", life, err)
+	}
+	m.Answer[1].(*dns.A).A[3] = 99 // the caller's message stays the caller's
+
+	tests := []struct {
+		name     string
+		key      cache.RecordKey
+		at       time.Duration
+		hit      bool
+		wantTTLs []uint32
+	}{
+		{"same key, TTLs clamped to [10s, 1h]", k, 0, true, []uint32{3600, 300, 10}},
+		{"any letter case", cache.RecordKey{Name: "WWW.Example.COM.", Type: dns.TypeA, Class: dns.ClassINET, DO: true}, 0, true, []uint32{3600, 300, 10}},
+		{"aged", k, 4*time.Second + 500*time.Millisecond, true, []uint32{3596, 296, 6}},
+		{"expired", k, 10 * time.Second, false, nil},
+		{"DO differs", cache.RecordKey{Name: "www.example.com.", Type: dns.TypeA, Class: dns.ClassINET}, 0, false, nil},
+		{"other type", cache.RecordKey{Name: "www.example.com.", Type: dns.TypeAAAA, Class: dns.ClassINET, DO: true}, 0, false, nil},
+		{"other class", cache.RecordKey{Name: "www.example.com.", Type: dns.TypeA, Class: dns.ClassCHAOS, DO: true}, 0, false, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, hit := c.Get(tt.key, t0.Add(tt.at))
+			if hit != tt.hit {
+				t.Fatalf("hit = %v", hit)
+			}
+			if !hit {
+				return
+			}
+			if got.Rcode != dns.RcodeSuccess || got.Negative || !got.AuthenticatedData || len(got.Answer) != 3 {
+				t.Fatalf("answer %+v", got)
+			}
+			for i, r := range got.Answer {
+				if r.Header().Ttl != tt.wantTTLs[i] {
+					t.Errorf("record %d TTL %d, want %d", i, r.Header().Ttl, tt.wantTTLs[i])
+				}
+			}
+			if got.TTL != tt.wantTTLs[2] {
+				t.Errorf("TTL %d", got.TTL)
+			}
+			if a := got.Answer[1].(*dns.A).A.String(); a != "192.0.2.1" {
+				t.Errorf("stored record follows the caller's message: %s", a)
+			}
+			got.Answer[0].Header().Ttl = 0 // nor does the cache follow the copy it returned
+			if again, _ := c.Get(k, t0); again.Answer[0].Header().Ttl != 3600 {
+				t.Error("returned records share memory with the cache")
+			}
+		})
+	}
+}
+
+func TestRecordNegative(t *testing.T) {
+	soa := func(ttl, minimum int) dns.RR {
+		return rr(t, fmt.Sprintf("example.com. %d IN SOA ns.example.com. host.example.com. 1 7200 900 1209600 %d", ttl, minimum))
+	}
+	key := func(name string, qtype uint16) cache.RecordKey {
+		return cache.RecordKey{Name: name, Type: qtype, Class: dns.ClassINET}
+	}
+	tests := []struct {
+		name     string
+		cfg      func(*cache.RecordConfig)
+		put      cache.RecordKey
+		msg      *dns.Msg
+		wantLife uint32
+		wantErr  cache.NotCached
+		hits     []cache.RecordKey
+		misses   []cache.RecordKey
+		rcode    int
+	}{
+		{
+			name:     "NXDOMAIN holds for every type of the name",
+			put:      key("nope.example.com.", dns.TypeA),
+			msg:      upstream(t, "nope.example.com.", dns.TypeA, dns.RcodeNameError, nil, []dns.RR{soa(900, 300)}),
+			wantLife: 300, rcode: dns.RcodeNameError,
+			hits:   []cache.RecordKey{key("nope.example.com.", dns.TypeA), key("NOPE.example.com.", dns.TypeMX)},
+			misses: []cache.RecordKey{key("example.com.", dns.TypeA), key("x.nope.example.com.", dns.TypeA)},
+		},
+		{
+			name:     "NXDOMAIN: SOA TTL below MINIMUM",
+			put:      key("nope.example.com.", dns.TypeA),
+			msg:      upstream(t, "nope.example.com.", dns.TypeA, dns.RcodeNameError, nil, []dns.RR{soa(30, 300)}),
+			wantLife: 30, rcode: dns.RcodeNameError,
+			hits: []cache.RecordKey{key("nope.example.com.", dns.TypeA)},
+		},
+		{
+			name:     "negative_ttl caps",
+			cfg:      func(c *cache.RecordConfig) { c.NegativeTTL = 20 * time.Second },
+			put:      key("nope.example.com.", dns.TypeA),
+			msg:      upstream(t, "nope.example.com.", dns.TypeA, dns.RcodeNameError, nil, []dns.RR{soa(900, 300)}),
+			wantLife: 20, rcode: dns.RcodeNameError,
+			hits: []cache.RecordKey{key("nope.example.com.", dns.TypeA)},
+		},
+		{
+			name:     "NODATA holds for its type only",
+			put:      key("example.com.", dns.TypeAAAA),
+			msg:      upstream(t, "example.com.", dns.TypeAAAA, 0, nil, []dns.RR{soa(900, 600)}),
+			wantLife: 600, rcode: dns.RcodeSuccess,
+			hits:   []cache.RecordKey{key("example.com.", dns.TypeAAAA)},
+			misses: []cache.RecordKey{key("example.com.", dns.TypeA)},
+		},
+		{
+			name: "NXDOMAIN through a CNAME holds for the question only",
+			put:  key("alias.example.com.", dns.TypeA),
+			msg: upstream(t, "alias.example.com.", dns.TypeA, dns.RcodeNameError,
+				[]dns.RR{rr(t, "alias.example.com. 3600 IN CNAME gone.example.net.")},
+				[]dns.RR{rr(t, "example.net. 900 IN SOA a. b. 1 2 3 4 120")}),
+			wantLife: 120, rcode: dns.RcodeNameError,
+			hits:   []cache.RecordKey{key("alias.example.com.", dns.TypeA)},
+			misses: []cache.RecordKey{key("alias.example.com.", dns.TypeTXT)},
+		},
+		{
+			name:    "NXDOMAIN without SOA",
+			put:     key("nope.example.com.", dns.TypeA),
+			msg:     upstream(t, "nope.example.com.", dns.TypeA, dns.RcodeNameError, nil, nil),
+			wantErr: cache.NotCachedNoSOA,
+			misses:  []cache.RecordKey{key("nope.example.com.", dns.TypeA)},
+		},
+		{
+			name:    "negative_ttl 0",
+			cfg:     func(c *cache.RecordConfig) { c.NegativeTTL = 0 },
+			put:     key("nope.example.com.", dns.TypeA),
+			msg:     upstream(t, "nope.example.com.", dns.TypeA, dns.RcodeNameError, nil, []dns.RR{soa(900, 300)}),
+			wantErr: cache.NotCachedZeroTTL,
+		},
+		{
+			name:    "SERVFAIL",
+			put:     key("example.com.", dns.TypeA),
+			msg:     upstream(t, "example.com.", dns.TypeA, dns.RcodeServerFailure, nil, nil),
+			wantErr: cache.NotCachedRcode,
+			misses:  []cache.RecordKey{key("example.com.", dns.TypeA)},
+		},
+		{
+			name: "truncated",
+			put:  key("example.com.", dns.TypeA),
+			msg: func() *dns.Msg {
+				m := upstream(t, "example.com.", dns.TypeA, 0, []dns.RR{rr(t, "example.com. 60 IN A 192.0.2.1")}, nil)
+				m.Truncated = true
+				return m
+			}(),
+			wantErr: cache.NotCachedTruncated,
+		},
+		{
+			name:    "response to another question",
+			put:     key("example.com.", dns.TypeA),
+			msg:     upstream(t, "example.com.", dns.TypeAAAA, 0, []dns.RR{rr(t, "example.com. 60 IN AAAA ::1")}, nil),
+			wantErr: cache.NotCachedMismatch,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newRecord(t, tt.cfg)
+			life, err := c.Put(tt.put, tt.msg, t0)
+			if tt.wantErr != 0 {
+				var nc cache.NotCached
+				if !errors.As(err, &nc) || nc != tt.wantErr {
+					t.Fatalf("err = %v, want %v", err, tt.wantErr)
+				}
+			} else if err != nil || life != tt.wantLife {
+				t.Fatalf("Put = %d, %v; want %d", life, err, tt.wantLife)
+			}
+			for _, k := range tt.hits {
+				got, hit := c.Get(k, t0.Add(time.Second))
+				if !hit {
+					t.Errorf("%v: miss", k)
+					continue
+				}
+				if !got.Negative || got.Rcode != tt.rcode || got.TTL != tt.wantLife-1 {
+					t.Errorf("%v: %+v", k, got)
+				}
+				soa, ok := got.Ns[len(got.Ns)-1].(*dns.SOA)
+				if !ok || soa.Hdr.Ttl != tt.wantLife-1 {
+					t.Errorf("%v: authority %v, want the SOA with TTL %d", k, got.Ns, tt.wantLife-1)
+				}
+				if _, hit := c.Get(k, t0.Add(time.Duration(tt.wantLife)*time.Second)); hit {
+					t.Errorf("%v: served past its lifetime", k)
+				}
+			}
+			for _, k := range tt.misses {
+				if _, hit := c.Get(k, t0.Add(time.Second)); hit {
+					t.Errorf("%v: hit", k)
+				}
+			}
+			s := c.Stats()
+			if tt.wantErr == 0 && (s.NegEntries != 1 || s.Entries != 0) {
+				t.Errorf("stats %+v, want one negative entry", s)
+			}
+		})
+	}
+}
+
+func TestRecordEvictionAtTheBound(t *testing.T) {
+	c := newRecord(t, func(c *cache.RecordConfig) { c.Entries, c.Shards = 4, 1 })
+	put := func(i int, at time.Duration) {
+		name := fmt.Sprintf("h%d.example.", i)
+		m := upstream(t, name, dns.TypeA, 0, []dns.RR{rr(t, name+" 300 IN A 192.0.2.1")}, nil)
+		if _, err := c.Put(cache.RecordKey{Name: name, Type: dns.TypeA, Class: dns.ClassINET}, m, t0.Add(at)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	get := func(i int, at time.Duration) bool {
+		_, hit := c.Get(cache.RecordKey{Name: fmt.Sprintf("h%d.example.", i), Type: dns.TypeA, Class: dns.ClassINET}, t0.Add(at))
+		return hit
+	}
+	for i := range 4 {
+		put(i, time.Duration(i)*time.Second)
+	}
+	get(0, 10*time.Second) // h0 becomes the most recently used; h1 the least
+	put(4, 11*time.Second)
+	if s := c.Stats(); s.Entries != 4 || s.Evictions != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+	for i, want := range []bool{true, false, true, true, true} {
+		if got := get(i, 12*time.Second); got != want {
+			t.Errorf("h%d present = %v, want %v", i, got, want)
+		}
+	}
+	for i := 5; i < 50; i++ {
+		put(i, 20*time.Second)
+	}
+	if s := c.Stats(); s.Entries != 4 {
+		t.Errorf("entries %d above the bound", s.Entries)
+	}
+}
+
+func TestRecordStatsFlushSweep(t *testing.T) {
+	c := newRecord(t, nil)
+	soa := rr(t, "example.com. 60 IN SOA a. b. 1 2 3 4 60")
+	puts := []struct {
+		name  string
+		qtype uint16
+		m     *dns.Msg
+	}{
+		{"example.com.", dns.TypeA, upstream(t, "example.com.", dns.TypeA, 0, []dns.RR{rr(t, "example.com. 300 IN A 192.0.2.1")}, nil)},
+		{"www.example.com.", dns.TypeA, upstream(t, "www.example.com.", dns.TypeA, 0, []dns.RR{rr(t, "www.example.com. 300 IN A 192.0.2.1")}, nil)},
+		{"nope.example.com.", dns.TypeA, upstream(t, "nope.example.com.", dns.TypeA, dns.RcodeNameError, nil, []dns.RR{soa})},
+		{"example.org.", dns.TypeA, upstream(t, "example.org.", dns.TypeA, 0, []dns.RR{rr(t, "example.org. 30 IN A 192.0.2.1")}, nil)},
+	}
+	for _, p := range puts {
+		if _, err := c.Put(cache.RecordKey{Name: p.name, Type: p.qtype, Class: dns.ClassINET}, p.m, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Get(cache.RecordKey{Name: "example.com.", Type: dns.TypeA, Class: dns.ClassINET}, t0)
+	c.Get(cache.RecordKey{Name: "nope.example.com.", Type: dns.TypeTXT, Class: dns.ClassINET}, t0)
+	c.Get(cache.RecordKey{Name: "example.net.", Type: dns.TypeA, Class: dns.ClassINET}, t0)
+	if s := c.Stats(); s.Hits != 2 || s.Misses != 1 || s.Entries != 3 || s.NegEntries != 1 {
+		t.Errorf("stats %+v", s)
+	}
+	if n := c.Sweep(t0.Add(45 * time.Second)); n != 1 {
+		t.Errorf("sweep removed %d, want example.org", n)
+	}
+	if n := c.Flush("Example.COM.", false); n != 1 {
+		t.Errorf("exact flush removed %d", n)
+	}
+	if n := c.Flush("example.com.", true); n != 2 {
+		t.Errorf("subtree flush removed %d", n)
+	}
+	if s := c.Stats(); s.Entries != 0 || s.NegEntries != 0 {
+		t.Errorf("stats %+v", s)
+	}
+}
