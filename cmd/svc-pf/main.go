@@ -43,6 +43,7 @@ Commands:
   orgmanager   REST API for organisations, prefixes and overrides (default config /etc/svc-pf/orgmanager.yaml)
   ipmapper     the IP Mapper: session table as a NATS micro service (default config /etc/svc-pf/ipmapper.yaml)
   simulator    spec 2's simulator: categories and filtering verdicts over HTTP and Lua workers (default config /etc/svc-pf/simulator.yaml; --test-and-exit)
+  resolver     the filtering DNS server and spec 3's PowerDNS-compatible API (default config /etc/svc-pf/resolver.yaml)
   all          every service in one process with an embedded NATS server (default config /etc/svc-pf/all.yaml)
   feed         build a category feed from filter lists, serve feed directories over HTTP, look a name up
   version      print the version
@@ -101,7 +102,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	case "feed":
 		return runFeed(ctx, rest, stdout, stderr)
-	case "orgmanager", "ipmapper", "simulator", "all":
+	case "orgmanager", "ipmapper", "simulator", "resolver", "all":
 	default:
 		fmt.Fprintf(stderr, "svc-pf: unknown command %q\n\n%s", cmd, usage)
 		return 2
@@ -154,6 +155,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cfg := app.DefaultSimulatorConfig()
 		if err = config.Load(configPath, explicit, &cfg); err == nil {
 			err = app.RunSimulator(ctx, cfg, v, app.NewLogger(stderr, cfg.Log, *debugLog), *testAndExit)
+		}
+	case "resolver":
+		cfg := app.DefaultResolverConfig()
+		if err = config.Load(configPath, explicit, &cfg); err == nil {
+			err = app.RunResolver(ctx, cfg, v, app.NewLogger(stderr, cfg.Log, *debugLog))
 		}
 	case "all":
 		cfg := app.DefaultAllConfig()

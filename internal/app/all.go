@@ -39,6 +39,10 @@ type AllConfig struct {
 	// Simulator takes `svc-pf simulator`'s config; its node keys (feeds,
 	// region) stand at the top level instead, shared with the resolver.
 	Simulator SimulatorConfig `yaml:"simulator"`
+	// Resolver takes `svc-pf resolver`'s config, but its API is served on
+	// the node listener (node.http) and its node keys stand at the top
+	// level.
+	Resolver ResolverConfig `yaml:"resolver"`
 	// Feeds are the node's category feeds (DESIGN.md §6.2).
 	Feeds []feeds.FeedConfig `yaml:"feeds"`
 	// RPZ are the node's response-policy zone files (DESIGN.md §6.3 step 3).
@@ -57,6 +61,7 @@ func DefaultAllConfig() AllConfig {
 		IPMapper:   DefaultIPMapperConfig(),
 		Node:       DefaultNodeConfig(),
 		Simulator:  DefaultSimulatorConfig(),
+		Resolver:   DefaultResolverConfig(),
 	}
 }
 
@@ -76,6 +81,12 @@ func (c *AllConfig) Validate() error {
 		errs = append(errs, errors.New("simulator.rpz: under svc-pf all the RPZ zones are set at the top level (rpz:), shared by the simulator and the resolver"))
 	}
 	errs = append(errs, rpz.Config{Zones: c.RPZ}.Validate())
+	if len(c.Resolver.Feeds) > 0 || len(c.Resolver.RPZ) > 0 || c.Resolver.Region != "" {
+		errs = append(errs, errors.New("resolver.feeds, resolver.rpz, resolver.region: under svc-pf all these node keys are set at the top level, shared by the simulator and the resolver"))
+	}
+	if _, err := c.Resolver.parse(); err != nil {
+		errs = append(errs, prefixed("resolver", err))
+	}
 	if c.Simulator.Region != "" {
 		errs = append(errs, errors.New("simulator.region: under svc-pf all the region is set at the top level (region:)"))
 	}
@@ -103,6 +114,7 @@ type All struct {
 	IPMapper   *IPMapper
 	Node       *Node
 	Simulator  *Simulator
+	Resolver   *Resolver
 	conns      []*nats.Conn
 }
 
@@ -175,7 +187,11 @@ func StartAll(ctx context.Context, cfg AllConfig, v Version, log *slog.Logger) (
 	if err != nil {
 		return fail(err)
 	}
-	if a.Node, err = StartNode(cfg.Node, models, reg, v, nodeLog); err != nil {
+	if a.Resolver, err = StartResolver(cfg.Resolver, models, v, reg, log); err != nil {
+		return fail(err)
+	}
+	// The resolver's spec 3 API is served on the node listener.
+	if a.Node, err = StartNode(cfg.Node, models, reg, v, nodeLog, a.Resolver.API); err != nil {
 		return fail(err)
 	}
 	ncSim, err := connect(cfg.Simulator.NATS.URL, "svc-pf simulator")
@@ -196,7 +212,7 @@ func (a *All) Run(ctx context.Context) error {
 	defer a.close()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	services := []func(context.Context) error{a.IPMapper.Run, a.OrgManager.Run, a.Node.Run, a.Simulator.Run}
+	services := []func(context.Context) error{a.IPMapper.Run, a.OrgManager.Run, a.Node.Run, a.Simulator.Run, a.Resolver.DNS.Run}
 	errc := make(chan error, len(services))
 	for _, run := range services {
 		go func() { errc <- run(ctx) }()
@@ -212,6 +228,9 @@ func (a *All) Run(ctx context.Context) error {
 }
 
 func (a *All) close() {
+	if a.Resolver != nil {
+		a.Resolver.DNS.Close()
+	}
 	for _, nc := range a.conns {
 		nc.Close()
 	}

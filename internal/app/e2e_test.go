@@ -533,6 +533,8 @@ func testAllConfig(t *testing.T) AllConfig {
 	cfg.IPMapper.HTTP.Address = "127.0.0.1:0"
 	cfg.Node.HTTP.Address = "127.0.0.1:0"
 	cfg.Simulator.HTTP.Address = "127.0.0.1:0"
+	cfg.Resolver.DNS.Listen = []string{"127.0.0.1:0"}
+	cfg.Resolver.Forwarders = []string{"127.0.0.1:9"} // nothing answers: tests that resolve set their own
 	return cfg
 }
 

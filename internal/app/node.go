@@ -37,9 +37,13 @@ type Node struct {
 	log    *slog.Logger
 }
 
+// routes are more routes a node listener serves (the resolver's spec 3
+// API).
+type routes interface{ Register(r *httpapi.Router) }
+
 // StartNode binds the node's listener over its read models; Run follows
 // them and serves.
-func StartNode(cfg NodeConfig, models *readModels, reg *prometheus.Registry, v Version, log *slog.Logger) (*Node, error) {
+func StartNode(cfg NodeConfig, models *readModels, reg *prometheus.Registry, v Version, log *slog.Logger, more ...routes) (*Node, error) {
 	if err := cfg.HTTP.Validate(); err != nil {
 		return nil, prefixed("node", err)
 	}
@@ -49,8 +53,13 @@ func StartNode(cfg NodeConfig, models *readModels, reg *prometheus.Registry, v V
 	}
 	httpapi.MountStandard(router, httpapi.StandardConfig{
 		Service: "node", Version: string(v), Gatherer: reg, Ready: models.Ready,
-		Info: func() any { return map[string]any{"feeds": models.feeds.Status(), "counts": models.Counts()} },
+		Info: func() any {
+			return map[string]any{"feeds": models.feeds.Status(), "rpz": models.rpz.Status(), "counts": models.Counts()}
+		},
 	})
+	for _, m := range more {
+		m.Register(router)
+	}
 	n := &Node{Models: models, log: log}
 	if n.server, err = httpapi.Listen(cfg.HTTP, router, log); err != nil {
 		return nil, err

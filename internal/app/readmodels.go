@@ -31,6 +31,11 @@ type readModels struct {
 	rpz      *rpz.Set             // the node's RPZ zones (DESIGN.md §6.3 step 3)
 	sessions *sessions.Model      // nil without NATS
 	settings *settingsmodel.Model // nil without NATS
+
+	genMu    sync.Mutex
+	gen      uint64
+	lastFeed *feeds.Set
+	lastRPZ  *rpz.Snapshot
 }
 
 // nodeKeys are the node config keys of DESIGN.md §6.2, which the simulator
@@ -79,6 +84,19 @@ func (m *readModels) View() policy.View {
 		v.Settings = m.settings.Snapshot()
 	}
 	return v
+}
+
+// Generation changes whenever the feeds or the RPZ zones change: what a
+// cached DNS answer was decided from beside the policy (the resolver
+// empties its packet cache then).
+func (m *readModels) Generation() uint64 {
+	m.genMu.Lock()
+	defer m.genMu.Unlock()
+	if f, z := m.feeds.Set(), m.rpz.Snapshot(); f != m.lastFeed || z != m.lastRPZ {
+		m.lastFeed, m.lastRPZ = f, z
+		m.gen++
+	}
+	return m.gen
 }
 
 // Counts sizes the models for the simulator's info payload.

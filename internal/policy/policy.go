@@ -138,6 +138,15 @@ func (p *Policy) Effective() *settings.Effective { return p.eff }
 // policies, the resolver's packet cache key.
 func (p *Policy) Fingerprint() string { return p.fingerprint }
 
+// HasNetworks reports whether blocked_networks is set: the resolver then
+// decides again with each answer address (step 8).
+func (p *Policy) HasNetworks() bool { return p.networks != nil }
+
+// HasSchedules reports whether the policy has schedules: its decisions
+// change at the minutes their windows open and close, so a cached answer
+// must not outlive the current minute.
+func (p *Policy) HasSchedules() bool { return len(p.schedules) > 0 }
+
 // CacheKey is the key of the resolver's packet cache: the fingerprint and
 // which of the blocking fields are the operator's, since a blocked answer
 // carries a different Extended DNS Error for those (EDE). Equal policies

@@ -120,7 +120,8 @@ func New(cfg Config) (*API, error) {
 	if cfg.APIKey != "" {
 		a.key = digest(cfg.APIKey)
 	} else {
-		log.Warn("resolver api: no api.key configured: every /api request is refused with 401")
+		// Info, not a warning: a node may run without the API on purpose.
+		log.Info("resolver api: no api.key set: every /api request is refused with 401 until api.key is set")
 	}
 	if cfg.Password != "" {
 		a.password = digest(cfg.Password)

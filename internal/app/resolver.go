@@ -1,0 +1,240 @@
+package app
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/svc-pf/svc-pf/internal/httpapi"
+	"github.com/svc-pf/svc-pf/internal/natsbus"
+	"github.com/svc-pf/svc-pf/internal/policy"
+	"github.com/svc-pf/svc-pf/internal/readmodel/feeds"
+	"github.com/svc-pf/svc-pf/internal/resolver"
+	"github.com/svc-pf/svc-pf/internal/resolver/api"
+	"github.com/svc-pf/svc-pf/internal/resolver/cache"
+	"github.com/svc-pf/svc-pf/internal/rpz"
+)
+
+// DNSConfig is the resolver's `dns` section.
+type DNSConfig struct {
+	// Listen are ip:port addresses served over UDP and TCP.
+	Listen []string `yaml:"listen"`
+	// UDPSockets per address (SO_REUSEPORT); default GOMAXPROCS.
+	UDPSockets int `yaml:"udp_sockets"`
+	// Debug answers CHAOS TXT queries with the decision's trace.
+	Debug bool         `yaml:"debug"`
+	TCP   DNSTCPConfig `yaml:"tcp"`
+	Cache cache.Config `yaml:",inline"`
+	Block struct {
+		TTL time.Duration `yaml:"ttl"`
+	} `yaml:"block"`
+}
+
+// DNSTCPConfig bounds TCP clients.
+type DNSTCPConfig struct {
+	MaxConnections int           `yaml:"max_connections"`
+	IdleTimeout    time.Duration `yaml:"idle_timeout"`
+}
+
+// ResolverAPIConfig is the `api` section: spec 3's X-API-Key.
+type ResolverAPIConfig struct {
+	Key string `yaml:"key"`
+}
+
+// ResolverConfig is `svc-pf resolver`'s file (/etc/svc-pf/resolver.yaml)
+// and the `resolver` section of `svc-pf all` (DESIGN.md §6.5).
+type ResolverConfig struct {
+	DNS DNSConfig `yaml:"dns"`
+	// Forwarders (ip:port) answer what the policy allows; empty: the
+	// nameservers of /etc/resolv.conf.
+	Forwarders []string `yaml:"forwarders"`
+	// HTTP serves spec 3's API and /metrics (under `svc-pf all`: the node
+	// listener's address instead).
+	HTTP httpapi.Config    `yaml:"http"`
+	API  ResolverAPIConfig `yaml:"api"`
+	// AllowFrom are the client networks served; default loopback and the
+	// private ranges.
+	AllowFrom []string   `yaml:"allow_from"`
+	Log       LogConfig  `yaml:"log"`
+	NATS      NATSConfig `yaml:"nats"`
+	// Node keys (DESIGN.md §6.2); at the top level under `svc-pf all`.
+	Feeds  []feeds.FeedConfig `yaml:"feeds"`
+	RPZ    []rpz.ZoneConfig   `yaml:"rpz"`
+	Region string             `yaml:"region"`
+}
+
+// DefaultResolverConfig is what runs when the file sets nothing.
+func DefaultResolverConfig() ResolverConfig {
+	c := ResolverConfig{
+		DNS:  DNSConfig{Listen: []string{"127.0.0.1:5353"}, Cache: cache.DefaultConfig()},
+		HTTP: httpapi.Config{Address: "127.0.0.1:8082"},
+		Log:  LogConfig{Level: "info"},
+	}
+	return c
+}
+
+// resolverSettings are a ResolverConfig checked and parsed.
+type resolverSettings struct {
+	listen, forwarders []netip.AddrPort
+	allowFrom          []netip.Prefix
+}
+
+// parse checks the section; forwarders default to /etc/resolv.conf's.
+func (c *ResolverConfig) parse() (resolverSettings, error) {
+	var s resolverSettings
+	var errs []error
+	addrs := func(key string, in []string) []netip.AddrPort {
+		var out []netip.AddrPort
+		for i, a := range in {
+			ap, err := netip.ParseAddrPort(a)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s[%d] %q: want ip:port", key, i, a))
+				continue
+			}
+			out = append(out, ap)
+		}
+		return out
+	}
+	s.listen = addrs("dns.listen", c.DNS.Listen)
+	if len(c.DNS.Listen) == 0 {
+		errs = append(errs, errors.New("dns.listen: at least one ip:port is required"))
+	}
+	fw := c.Forwarders
+	if len(fw) == 0 {
+		fw = resolvConfServers("/etc/resolv.conf")
+		if len(fw) == 0 {
+			errs = append(errs, errors.New("forwarders: none set and none found in /etc/resolv.conf; set forwarders: [ip:port, …]"))
+		}
+	}
+	s.forwarders = addrs("forwarders", fw)
+	for i, p := range c.AllowFrom {
+		pfx, err := netip.ParsePrefix(p)
+		if err != nil {
+			if a, aerr := netip.ParseAddr(p); aerr == nil {
+				pfx = netip.PrefixFrom(a, a.BitLen())
+			} else {
+				errs = append(errs, fmt.Errorf("allow_from[%d] %q: want a CIDR", i, p))
+				continue
+			}
+		}
+		s.allowFrom = append(s.allowFrom, pfx.Masked())
+	}
+	if c.DNS.UDPSockets < 0 || c.DNS.TCP.MaxConnections < 0 {
+		errs = append(errs, errors.New("dns.udp_sockets and dns.tcp.max_connections must not be negative"))
+	}
+	errs = append(errs, prefixed("dns", c.DNS.Cache.Validate()), c.Log.validate())
+	return s, errors.Join(errs...)
+}
+
+// resolvConfServers reads the nameserver lines of a resolv.conf, as
+// ip:53.
+func resolvConfServers(path string) []string {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 2 && fields[0] == "nameserver" {
+			if a, err := netip.ParseAddr(fields[1]); err == nil {
+				out = append(out, netip.AddrPortFrom(a, 53).String())
+			}
+		}
+	}
+	return out
+}
+
+// Resolver is a started resolver.
+type Resolver struct {
+	DNS *resolver.Resolver
+	API *api.API
+}
+
+// StartResolver binds the DNS listeners over a node's read models and
+// builds spec 3's API, to be mounted on a router.
+func StartResolver(cfg ResolverConfig, models *readModels, v Version, reg prometheus.Registerer, log *slog.Logger) (*Resolver, error) {
+	s, err := cfg.parse()
+	if err != nil {
+		return nil, err
+	}
+	log = log.With("service", "resolver")
+	eng, err := policy.NewEngine(policy.EngineConfig{View: models.View})
+	if err != nil {
+		return nil, err
+	}
+	r, err := resolver.New(resolver.Config{
+		Listen: s.listen, UDPSockets: cfg.DNS.UDPSockets, Forwarders: s.forwarders, AllowFrom: s.allowFrom,
+		Debug: cfg.DNS.Debug, TCPMaxConnections: cfg.DNS.TCP.MaxConnections, TCPIdleTimeout: cfg.DNS.TCP.IdleTimeout,
+		BlockTTL: cfg.DNS.Block.TTL, Cache: cfg.DNS.Cache, Engine: eng, Generation: models.Generation,
+		Version: string(v), Logger: log, Registerer: reg,
+	})
+	if err != nil {
+		return nil, err
+	}
+	a, err := api.New(api.Config{Stats: r.Stats(), APIKey: cfg.API.Key, Version: string(v), Logger: log})
+	if err != nil {
+		r.Close()
+		return nil, err
+	}
+	log.Info("resolver listening", "dns", r.UDPAddrs(), "forwarders", s.forwarders, "debug", cfg.DNS.Debug)
+	return &Resolver{DNS: r, API: a}, nil
+}
+
+// RunResolver runs `svc-pf resolver`: DNS, spec 3's API and /metrics on
+// http.address, the read models (sessions and settings over NATS when
+// nats.url or NATS_URL is set).
+func RunResolver(ctx context.Context, cfg ResolverConfig, v Version, log *slog.Logger) error {
+	if _, err := cfg.parse(); err != nil {
+		return err
+	}
+	url := cfg.NATS.URL
+	if url == "" {
+		url = os.Getenv("NATS_URL")
+	}
+	var nc *nats.Conn
+	if url != "" {
+		var err error
+		if nc, err = natsbus.Connect(url, "svc-pf resolver", log, true); err != nil {
+			return err
+		}
+		defer nc.Close()
+		log.Info("NATS enabled", "url", redactURL(url))
+	}
+	reg := newRegistry()
+	models, err := newReadModels(nodeKeys{Feeds: cfg.Feeds, RPZ: cfg.RPZ}, nc, reg, log)
+	if err != nil {
+		return err
+	}
+	res, err := StartResolver(cfg, models, v, reg, log)
+	if err != nil {
+		return err
+	}
+	node, err := StartNode(NodeConfig{HTTP: cfg.HTTP}, models, reg, v, log.With("service", "resolver"), res.API)
+	if err != nil {
+		res.DNS.Close()
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	dnsDone := make(chan error, 1)
+	go func() { dnsDone <- res.DNS.Run(ctx) }()
+	err = node.Run(ctx)
+	cancel()
+	err = errors.Join(err, <-dnsDone)
+	if err == nil {
+		log.Info("svc-pf resolver stopped")
+	}
+	return err
+}

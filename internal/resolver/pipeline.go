@@ -1,0 +1,178 @@
+package resolver
+
+import (
+	"context"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/svc-pf/svc-pf/internal/feed"
+	"github.com/svc-pf/svc-pf/internal/policy"
+	"github.com/svc-pf/svc-pf/internal/resolver/cache"
+	"github.com/svc-pf/svc-pf/internal/resolver/stats"
+	"github.com/svc-pf/svc-pf/internal/rpz"
+)
+
+// The order of a query's steps, and why (the fast path in udp.go runs the
+// first four without leaving the socket's goroutine):
+//
+//  1. allow_from: a client outside it is refused before anything is spent
+//     on it (and counted unauthorized-udp/-tcp).
+//  2. parse: a malformed query gets FORMERR (or is dropped when even the
+//     header is unreadable), counted client-parse-errors.
+//  3. client → policy (policy.Engine.PolicyFor): the subscriber index finds
+//     the session by longest prefix, its compiled policy is cached per
+//     (session, settings version). This comes before the cache because the
+//     packet cache is keyed by the policy, never by the subscriber.
+//  4. packet cache (question, DO, CD, EDNS, the policy's CacheKey): a hit
+//     is answered from wire bytes, id and case patched.
+//  5. debug: with dns.debug, a CHAOS TXT query answers the trace.
+//  6. decide (policy.DecideInto) on the name: steps 1–7 of DESIGN.md §6.3
+//     need no answer; a block, a redirect or an RPZ action is answered
+//     here, without asking upstream.
+//  7. record cache, else the forwarders: the answer for the name, shared
+//     by every policy class.
+//  8. blocked_networks: when the policy has some, each A/AAAA of the
+//     answer is decided again as the answer address (step 8 of §6.3).
+//  9. the reply, sized for the client, stored in the packet cache under the
+//     policy's key (its lifetime cut at the next minute when the policy has
+//     schedules, whose windows open and close on minutes).
+
+// query is one query on the slow path.
+type query struct {
+	req    *dns.Msg
+	client netip.Addr
+	tcp    bool
+	start  time.Time
+	shard  *stats.Shard
+}
+
+// resolve answers q; a nil reply means drop.
+func (r *Resolver) resolve(ctx context.Context, q *query) *dns.Msg {
+	req := q.req
+	if len(req.Question) != 1 {
+		return errorReply(req, dns.RcodeFormatError)
+	}
+	qs := req.Question[0]
+	v := r.engine.View()
+	p, _, _ := r.engine.PolicyFor(&v, q.client)
+
+	// 5. debug
+	if qs.Qclass == dns.ClassCHAOS {
+		if r.cfg.Debug && qs.Qtype == dns.TypeTXT {
+			return r.debugReply(req, q)
+		}
+		return errorReply(req, dns.RcodeRefused)
+	}
+	if qs.Qclass != dns.ClassINET {
+		return errorReply(req, dns.RcodeNotImplemented)
+	}
+
+	// 6. decide on the name
+	name := strings.ToLower(strings.TrimSuffix(qs.Name, "."))
+	d := policy.Decision{Trace: make([]policy.TraceEntry, 0, policy.TraceCap), Categories: make([]feed.Category, 0, 4)}
+	in := policy.Input{Domain: name, QType: qs.Qtype, Time: r.now(), RPZ: v.RPZ, TCP: q.tcp}
+	if name == "" {
+		in.Domain = "."
+	}
+	policy.DecideInto(&d, &in, p, v.Categories)
+	r.countPolicy(q.shard, &d, v.RPZ != nil)
+	if d.Verdict != policy.VerdictAllow {
+		return r.blockedReply(ctx, req, q, &d, p)
+	}
+
+	// 7. record cache, else the forwarders
+	reply := r.forward(ctx, req, q)
+	if reply.Rcode != dns.RcodeSuccess || !p.HasNetworks() {
+		return reply
+	}
+
+	// 8. blocked_networks on the answer's addresses
+	for _, rr := range reply.Answer {
+		var a netip.Addr
+		switch x := rr.(type) {
+		case *dns.A:
+			a, _ = netip.AddrFromSlice(x.A.To4())
+		case *dns.AAAA:
+			a, _ = netip.AddrFromSlice(x.AAAA)
+		default:
+			continue
+		}
+		in.AnswerAddr = a
+		policy.DecideInto(&d, &in, p, v.Categories)
+		if d.Verdict != policy.VerdictAllow {
+			return r.blockedReply(ctx, req, q, &d, p)
+		}
+	}
+	return reply
+}
+
+// countPolicy moves the policy-result-* statistics as PowerDNS does for
+// RPZ: noaction for every query that RPZ saw and did not act on.
+func (r *Resolver) countPolicy(sh *stats.Shard, d *policy.Decision, haveRPZ bool) {
+	if !haveRPZ {
+		return
+	}
+	if d.Reason != policy.ReasonRPZ {
+		sh.Inc(stats.PolicyResultNoAction)
+		return
+	}
+	switch rpz.ResultOf(d) {
+	case rpz.ResultDrop:
+		sh.Inc(stats.PolicyResultDrop)
+	case rpz.ResultNXDomain:
+		sh.Inc(stats.PolicyResultNXDomain)
+	case rpz.ResultNoData:
+		sh.Inc(stats.PolicyResultNoData)
+	case rpz.ResultTruncate:
+		sh.Inc(stats.PolicyResultTruncate)
+	case rpz.ResultCustom:
+		sh.Inc(stats.PolicyResultCustom)
+	default:
+		sh.Inc(stats.PolicyResultNoAction)
+	}
+}
+
+// forward answers an allowed query from the record cache or the
+// forwarders; SERVFAIL when none answers in time.
+func (r *Resolver) forward(ctx context.Context, req *dns.Msg, q *query) *dns.Msg {
+	qs := req.Question[0]
+	opt := req.IsEdns0()
+	do := opt != nil && opt.Do()
+	key := cache.RecordKey{Name: qs.Name, Type: qs.Qtype, Class: qs.Qclass, DO: do}
+	now := r.now()
+	if ra, ok := r.records.Get(key, now); ok {
+		q.shard.Inc(stats.CacheHits)
+		m := new(dns.Msg)
+		m.SetReply(req)
+		m.Rcode, m.AuthenticatedData = ra.Rcode, ra.AuthenticatedData
+		m.Answer, m.Ns = ra.Answer, ra.Ns
+		return m
+	}
+	q.shard.Inc(stats.CacheMisses)
+	up, err := r.up.Exchange(ctx, req)
+	if err != nil {
+		r.log.Debug("forwarders failed", "name", qs.Name, "type", dns.TypeToString[qs.Qtype], "err", err)
+		return errorReply(req, dns.RcodeServerFailure)
+	}
+	_, _ = r.records.Put(key, up, now)
+	m := new(dns.Msg)
+	m.SetReply(req)
+	m.Rcode, m.AuthenticatedData = up.Rcode, up.AuthenticatedData
+	m.Answer, m.Ns = up.Answer, up.Ns
+	for _, rr := range up.Extra { // DNSSEC and glue pass through; the OPT is ours
+		if rr.Header().Rrtype != dns.TypeOPT {
+			m.Extra = append(m.Extra, rr)
+		}
+	}
+	return m
+}
+
+// errorReply is an empty reply with rcode.
+func errorReply(req *dns.Msg, rcode int) *dns.Msg {
+	m := new(dns.Msg)
+	m.SetRcode(req, rcode)
+	return m
+}

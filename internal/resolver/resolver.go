@@ -1,0 +1,261 @@
+// Package resolver is svc-pf's filtering DNS server: it answers every
+// subscriber's queries with its own subscriber's verdict, forwarding what
+// is allowed to the configured forwarders and caching answers per policy
+// class.
+//
+// Place in the data flow: UDP/TCP sockets → dnswire (parse) → client
+// address → policy.Engine (subscriber index → settings → compiled policy)
+// → cache.Packet keyed by (question, policy cache key) → on a miss the
+// pipeline (pipeline.go: the order of a query's steps and why) → upstream
+// → cache.Record → the verdict applied → the client. It counts into
+// resolver/stats, which resolver/api (spec 3) and /metrics read. miekg/dns
+// types stay inside this package and its subpackages.
+package resolver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/svc-pf/svc-pf/internal/policy"
+	"github.com/svc-pf/svc-pf/internal/resolver/cache"
+	"github.com/svc-pf/svc-pf/internal/resolver/stats"
+	"github.com/svc-pf/svc-pf/internal/resolver/upstream"
+)
+
+// Config configures a Resolver.
+type Config struct {
+	// Listen are the addresses DNS is served on, UDP and TCP each.
+	Listen []netip.AddrPort
+	// UDPSockets is how many SO_REUSEPORT UDP sockets each address gets
+	// (default GOMAXPROCS): the kernel spreads clients over them, one
+	// reader each, so no socket is a queue every core waits on.
+	UDPSockets int
+	// Forwarders answer what the policy allows.
+	Forwarders []netip.AddrPort
+	// AllowFrom are the client networks served; others are refused and
+	// counted (unauthorized-udp / unauthorized-tcp). Default: loopback and
+	// the private ranges.
+	AllowFrom []netip.Prefix
+	// Debug answers a CHAOS-class TXT query for a name with the decision's
+	// trace for the asking client (dns.debug).
+	Debug bool
+	// TCPMaxConnections bounds open TCP connections (default 1024); one
+	// more is closed at once and counted (tcp-client-overflow).
+	TCPMaxConnections int
+	// TCPIdleTimeout closes a TCP connection idle for this long
+	// (default 10s).
+	TCPIdleTimeout time.Duration
+	// BlockTTL is the TTL of synthesised block answers and their SOA
+	// (default 60s).
+	BlockTTL time.Duration
+	// Cache sizes the packet and record caches.
+	Cache cache.Config
+	// Upstream tunes the forwarder client; Forwarders and Metrics are set
+	// from this Config.
+	Upstream upstream.Config
+	// Engine decides; required.
+	Engine *policy.Engine
+	// Generation changes whenever what a cached answer was decided from
+	// changes outside the policy's cache key (a new feed version, a new RPZ
+	// zone); the packet cache is then emptied. nil: never.
+	Generation func() uint64
+	Version    string
+	Logger     *slog.Logger
+	// Registerer gets the PowerDNS-named statistics (pdns_recursor_*).
+	Registerer prometheus.Registerer
+	Clock      func() time.Time
+}
+
+// DefaultAllowFrom is allow_from's default: loopback and private ranges.
+func DefaultAllowFrom() []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range []string{"127.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "169.254.0.0/16", "172.16.0.0/12",
+		"192.168.0.0/16", "::1/128", "fc00::/7", "fe80::/10"} {
+		out = append(out, netip.MustParsePrefix(s))
+	}
+	return out
+}
+
+// Resolver is the DNS server.
+type Resolver struct {
+	cfg      Config
+	engine   *policy.Engine
+	stats    *stats.Counters
+	up       *upstream.Client
+	packets  *cache.Packet
+	records  *cache.Record
+	log      *slog.Logger
+	now      func() time.Time
+	udp      []*udpSocket
+	tcp      []*tcpServer
+	shardSeq atomic.Uint32
+	gen      uint64 // the last Generation seen; the sweeper's
+	wg       sync.WaitGroup
+}
+
+// New validates cfg, builds the caches, statistics and the forwarder
+// client, and binds every listener, so that a busy port fails here.
+func New(cfg Config) (*Resolver, error) {
+	if cfg.Engine == nil {
+		return nil, errors.New("resolver: Engine is required")
+	}
+	if len(cfg.Listen) == 0 {
+		return nil, errors.New("dns.listen: at least one address is required")
+	}
+	if len(cfg.Forwarders) == 0 {
+		return nil, errors.New("forwarders: at least one forwarder (ip:port) is required")
+	}
+	if cfg.UDPSockets <= 0 {
+		cfg.UDPSockets = runtime.GOMAXPROCS(0)
+	}
+	if cfg.AllowFrom == nil {
+		cfg.AllowFrom = DefaultAllowFrom()
+	}
+	if cfg.TCPMaxConnections <= 0 {
+		cfg.TCPMaxConnections = 1024
+	}
+	if cfg.TCPIdleTimeout <= 0 {
+		cfg.TCPIdleTimeout = 10 * time.Second
+	}
+	if cfg.BlockTTL <= 0 {
+		cfg.BlockTTL = time.Minute
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	if cfg.Cache == (cache.Config{}) {
+		cfg.Cache = cache.DefaultConfig()
+	}
+	if err := cfg.Cache.Validate(); err != nil {
+		return nil, err
+	}
+	r := &Resolver{cfg: cfg, engine: cfg.Engine, log: cfg.Logger, now: cfg.Clock}
+	var err error
+	if r.packets, err = cache.NewPacket(cfg.Cache.Packet); err != nil {
+		return nil, err
+	}
+	if r.records, err = cache.NewRecord(cfg.Cache.Record); err != nil {
+		return nil, err
+	}
+	r.stats, err = stats.New(stats.Config{
+		Registerer: cfg.Registerer, Version: cfg.Version,
+		CacheEntries:       func() uint64 { s := r.records.Stats(); return uint64(max(s.Entries, 0)) },
+		NegCacheEntries:    func() uint64 { s := r.records.Stats(); return uint64(max(s.NegEntries, 0)) },
+		PacketCacheEntries: func() uint64 { s := r.packets.Stats(); return uint64(max(s.Entries, 0)) },
+	})
+	if err != nil {
+		return nil, err
+	}
+	ucfg := cfg.Upstream
+	ucfg.Forwarders = cfg.Forwarders
+	ucfg.Metrics = r.stats.Shard(0)
+	if r.up, err = upstream.New(ucfg); err != nil {
+		return nil, fmt.Errorf("forwarders: %w", err)
+	}
+	if err := r.listen(); err != nil {
+		r.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// Stats are the resolver's statistics (spec 3).
+func (r *Resolver) Stats() *stats.Counters { return r.stats }
+
+// UDPAddrs and TCPAddrs are the bound addresses, in dns.listen order (a
+// port 0 in the config is the kernel's choice).
+func (r *Resolver) UDPAddrs() []netip.AddrPort {
+	var out []netip.AddrPort
+	for i := 0; i < len(r.udp); i += r.cfg.UDPSockets {
+		out = append(out, r.udp[i].addr)
+	}
+	return out
+}
+
+// TCPAddrs is TCPAddrs' TCP twin.
+func (r *Resolver) TCPAddrs() []netip.AddrPort {
+	var out []netip.AddrPort
+	for _, t := range r.tcp {
+		out = append(out, t.addr)
+	}
+	return out
+}
+
+// Run serves until ctx ends, then closes the listeners and waits for the
+// queries in flight.
+func (r *Resolver) Run(ctx context.Context) error {
+	for _, s := range r.udp {
+		r.wg.Go(func() { s.serve(r) })
+	}
+	for _, t := range r.tcp {
+		r.wg.Go(func() { t.serve(r) })
+	}
+	r.wg.Go(func() { r.housekeeping(ctx) })
+	<-ctx.Done()
+	r.Close()
+	r.wg.Wait()
+	return nil
+}
+
+// Close closes the listeners and the forwarder client.
+func (r *Resolver) Close() {
+	for _, s := range r.udp {
+		s.close()
+	}
+	for _, t := range r.tcp {
+		t.close()
+	}
+	if r.up != nil {
+		_ = r.up.Close()
+	}
+}
+
+// housekeeping sweeps expired cache entries and empties the packet cache
+// when the feeds or RPZ zones change.
+func (r *Resolver) housekeeping(ctx context.Context) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	sweep := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if r.cfg.Generation != nil {
+			if g := r.cfg.Generation(); g != r.gen {
+				r.gen = g
+				n := r.packets.Flush([]byte{0}, true)
+				r.log.Debug("packet cache emptied: feeds or RPZ changed", "entries", n)
+			}
+		}
+		if sweep++; sweep%60 == 0 {
+			now := r.now()
+			r.packets.Sweep(now)
+			r.records.Sweep(now)
+		}
+	}
+}
+
+// allowed reports whether a client may ask (allow_from).
+func (r *Resolver) allowed(a netip.Addr) bool {
+	a = a.Unmap()
+	for _, p := range r.cfg.AllowFrom {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
