@@ -36,4 +36,3 @@ func (r *Resolver) listen() error {
 	}
 	return nil
 }
-
