@@ -111,3 +111,25 @@ func FuzzParseSimulate(f *testing.F) {
 		}
 	})
 }
+
+// FuzzNATSParams: any NATS payload gives parameters or a BadRequest, and
+// the parameters parse or are refused with a BadRequest: never a panic.
+func FuzzNATSParams(f *testing.F) {
+	for _, s := range []string{`{"domain":"a.example","ip":"10.0.0.1"}`, `{"settings":{"paused":true},"domain":"x"}`,
+		`{"verbose":true,"profile":2,"domain":"y"}`, `[]`, ``, `{"domain":[1]}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		params, err := natsParams(data)
+		var br *BadRequest
+		if err != nil {
+			if !errors.As(err, &br) {
+				t.Fatalf("%q: %v is not a BadRequest", data, err)
+			}
+			return
+		}
+		if _, err := ParseSimulate(params); err != nil && !errors.As(err, &br) {
+			t.Fatalf("%q: %v is not a BadRequest", data, err)
+		}
+	})
+}
