@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 
@@ -87,10 +87,30 @@ func (c *AllConfig) Validate() error {
 	if _, err := c.Resolver.parse(); err != nil {
 		errs = append(errs, prefixed("resolver", err))
 	}
+	// The orgmanager deploys to whichever IP Mapper answers on its NATS:
+	// on another server than this process's IP Mapper it would deploy to
+	// a different IP Mapper (and bucket), or to none, while this one's
+	// table never changes. Unset means the embedded server.
+	own := "nats://" + c.NATS.Listen
+	if om, im := natsURLOr(c.OrgManager.NATS.URL, own), natsURLOr(c.IPMapper.NATS.URL, own); om != im {
+		errs = append(errs, fmt.Errorf("orgmanager.nats.url %q points away from this process's IP Mapper (ipmapper.nats.url %q): the orgmanager must reach its own IP Mapper; set both to the same URL, or leave both unset for the embedded server",
+			redactURL(om), redactURL(im)))
+	}
 	if c.Simulator.Region != "" {
 		errs = append(errs, errors.New("simulator.region: under svc-pf all the region is set at the top level (region:)"))
 	}
 	return errors.Join(errs...)
+}
+
+// natsURLOr is url with its scheme, or def when unset.
+func natsURLOr(url, def string) string {
+	switch {
+	case url == "":
+		return def
+	case !strings.Contains(url, "://"):
+		return "nats://" + url
+	}
+	return url
 }
 
 // RunAll runs every service in one process around an embedded NATS server
@@ -116,6 +136,7 @@ type All struct {
 	Simulator  *Simulator
 	Resolver   *Resolver
 	conns      []*nats.Conn
+	lock       *natsbus.DirLock // the data directory's
 }
 
 // StartAll starts the embedded NATS server and builds both services.
@@ -123,7 +144,13 @@ func StartAll(ctx context.Context, cfg AllConfig, v Version, log *slog.Logger) (
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+	// Held for the life of the process (released by close): two `svc-pf
+	// all` on one data directory would share the SQLite file and the
+	// JetStream store and each believe its own state; the second must not
+	// start. The embedded server locks its store directory too, which
+	// also covers a nats.store_dir outside the data directory.
+	lock, err := natsbus.LockDir(cfg.DataDir, "data directory")
+	if err != nil {
 		return nil, err
 	}
 	storeDir := cfg.NATS.StoreDir
@@ -136,17 +163,20 @@ func StartAll(ctx context.Context, cfg AllConfig, v Version, log *slog.Logger) (
 	}
 	host, portStr, err := net.SplitHostPort(cfg.NATS.Listen)
 	if err != nil {
+		_ = lock.Unlock()
 		return nil, fmt.Errorf("nats.listen %q: %w", cfg.NATS.Listen, err)
 	}
 	port, err := strconv.Atoi(portStr)
 	if err != nil {
+		_ = lock.Unlock()
 		return nil, fmt.Errorf("nats.listen %q: bad port", cfg.NATS.Listen)
 	}
 	srv, err := natsbus.StartEmbedded(natsbus.EmbeddedConfig{Host: host, Port: port, StoreDir: storeDir, Logger: log})
 	if err != nil {
+		_ = lock.Unlock()
 		return nil, err
 	}
-	a := &All{NATS: srv}
+	a := &All{NATS: srv, lock: lock}
 	fail := func(err error) (*All, error) {
 		a.close()
 		return nil, err
@@ -237,4 +267,6 @@ func (a *All) close() {
 	if a.NATS != nil {
 		a.NATS.Shutdown()
 	}
+	// Last: the directory is free only once nothing writes it.
+	_ = a.lock.Unlock()
 }

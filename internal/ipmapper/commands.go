@@ -3,6 +3,7 @@ package ipmapper
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -162,32 +163,7 @@ func (s *Service) getSessions(_ context.Context, data []byte) ([]byte, string, e
 	if err != nil {
 		return nil, "", invalid(err)
 	}
-	ix := s.idx.Load()
-	now := s.now()
-	var found []sessionindex.Entry
-	switch q.kind {
-	case "id":
-		if e, ok := ix.Get(q.value); ok {
-			found = append(found, e)
-		}
-	case "ip":
-		if e, ok := lookupLive(ix, q.ip, now); ok {
-			found = append(found, e)
-		}
-	case "org":
-		found = ix.ByOrg(q.value)
-	case "username":
-		found = ix.ByUsername(q.value)
-	case "deviceid":
-		found = ix.ByDeviceID(q.value)
-	}
-	live := found[:0]
-	for _, e := range found {
-		if !entryExpired(e, now) && e.ID() > q.after {
-			live = append(live, e)
-		}
-	}
-	slices.SortFunc(live, func(a, b sessionindex.Entry) int { return strings.Compare(a.ID(), b.ID()) })
+	live := s.match(q)
 
 	// Encoded by hand so the page can stop where the next session would
 	// push the reply over the connection's maximum payload.
@@ -227,6 +203,106 @@ func (s *Service) getSessions(_ context.Context, data []byte) ([]byte, string, e
 			live[0].ID(), buf.Len(), maxPayload)
 	}
 	return []byte(buf.String()), resultOK, nil
+}
+
+// match returns the live sessions q selects whose id sorts after q.after,
+// in id order, from the current snapshot: get-sessions and Find answer the
+// same.
+func (s *Service) match(q getQuery) []sessionindex.Entry {
+	ix := s.idx.Load()
+	now := s.now()
+	var found []sessionindex.Entry
+	switch q.kind {
+	case "id":
+		if e, ok := ix.Get(q.value); ok {
+			found = append(found, e)
+		}
+	case "ip":
+		if e, ok := lookupLive(ix, q.ip, now); ok {
+			found = append(found, e)
+		}
+	case "org":
+		found = ix.ByOrg(q.value)
+	case "username":
+		found = ix.ByUsername(q.value)
+	case "deviceid":
+		found = ix.ByDeviceID(q.value)
+	}
+	live := found[:0]
+	for _, e := range found {
+		if !entryExpired(e, now) && e.ID() > q.after {
+			live = append(live, e)
+		}
+	}
+	slices.SortFunc(live, func(a, b sessionindex.Entry) int { return strings.Compare(a.ID(), b.ID()) })
+	return live
+}
+
+// Query selects sessions for Find, with get-sessions' meaning: exactly one
+// of the fields is set.
+type Query struct {
+	ID       string
+	IP       netip.Addr
+	Org      string
+	Username string
+	DeviceID string
+	// After skips the sessions whose id sorts at or before it (paging).
+	After string
+}
+
+// Found is one page of Find.
+type Found struct {
+	Sessions []session.Session
+	// Total counts every match after Query.After, not only this page.
+	Total int
+	// Next is the id to pass as After for the next page; empty on the last.
+	Next string
+}
+
+// Find answers an operator's query from the table (the read-only view the
+// IP Mapper's HTTP listener serves): at most limit sessions in id order.
+// It reads the current snapshot and never waits for a write.
+func (s *Service) Find(q Query, limit int) (Found, error) {
+	var gq getQuery
+	n := 0
+	for _, f := range []struct{ kind, value string }{
+		{"id", q.ID}, {"org", q.Org}, {"username", q.Username}, {"deviceid", q.DeviceID},
+	} {
+		if f.value != "" {
+			n++
+			gq.kind, gq.value = f.kind, f.value
+		}
+	}
+	if q.IP.IsValid() {
+		if q.IP.Zone() != "" {
+			return Found{}, invalidf("invalid ip %q: zones are not looked up", q.IP)
+		}
+		n++
+		gq.kind, gq.ip = "ip", q.IP.Unmap()
+	}
+	if n != 1 {
+		return Found{}, invalid(errors.New("exactly one of id, ip, org, username, deviceid is required"))
+	}
+	if limit <= 0 {
+		return Found{}, invalidf("limit %d: must be positive", limit)
+	}
+	gq.after = q.After
+	live := s.match(gq)
+	out := Found{Total: len(live), Sessions: make([]session.Session, 0, min(limit, len(live)))}
+	for _, e := range live[:min(limit, len(live))] {
+		out.Sessions = append(out.Sessions, *e.Session())
+	}
+	if len(live) > limit {
+		out.Next = live[limit-1].ID()
+	}
+	return out, nil
+}
+
+// IsInvalid reports whether err from Find is a refused query (400) rather
+// than a failure.
+func IsInvalid(err error) bool {
+	var re *requestError
+	return errors.As(err, &re) && re.code < 500
 }
 
 func (s *Service) cleanSessions(ctx context.Context, data []byte) ([]byte, string, error) {

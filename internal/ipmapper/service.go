@@ -72,8 +72,9 @@ type Service struct {
 	ready atomic.Bool
 
 	mu       sync.Mutex
-	expiring map[string]time.Time // guarded by mu: ids with an expiry, for the sweeper
-	store    *store               // set by Start
+	expiring map[string]time.Time  // guarded by mu: ids with an expiry, for the sweeper
+	store    *store                // set by Start
+	loaded   atomic.Pointer[store] // store, for readers that must not wait for mu
 	svc      micro.Service
 
 	started atomic.Bool
@@ -157,6 +158,7 @@ func (s *Service) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("ipmapper: %w", err)
 	}
 	s.store = st
+	s.loaded.Store(st)
 
 	began := time.Now()
 	hint := 0
@@ -227,6 +229,25 @@ func (s *Service) Start(ctx context.Context) (err error) {
 
 // Ready reports whether the table is loaded and the service answers.
 func (s *Service) Ready() bool { return s.ready.Load() }
+
+// WriteError reports why the bucket fails writes, or nil: set by a failed
+// KV write (JetStream unreachable, out of storage, acks timing out) and
+// cleared by the next acknowledged one. Nothing is retried for it here:
+// every failed write has a caller that retries (the orgmanager's deploys,
+// the sweeper's next run), and the first to go through clears it.
+func (s *Service) WriteError() error {
+	// Not under mu: a write holds it for as long as its acks take, and
+	// /health must answer meanwhile.
+	st := s.loaded.Load()
+	if st == nil {
+		return nil
+	}
+	f := st.failing.Load()
+	if f == nil {
+		return nil
+	}
+	return fmt.Errorf("KV writes to bucket %s failing since %s: %w", s.cfg.Bucket, f.since.UTC().Format(time.RFC3339), f.err)
+}
 
 // Stop unregisters the micro service and stops the sweeper. The connection
 // stays open.

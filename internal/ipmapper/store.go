@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -24,6 +25,17 @@ type store struct {
 	stream  string // "KV_<bucket>": the stream behind the bucket
 	timeout time.Duration
 	log     *slog.Logger
+
+	// failing is set while the bucket fails writes (see noteWrites); nil
+	// when the last write went through.
+	failing atomic.Pointer[writeFailure]
+}
+
+// writeFailure is a run of failed writes: the latest error and when the
+// run began.
+type writeFailure struct {
+	err   error
+	since time.Time
 }
 
 // The KV wire protocol: a delete is an empty message with this header.
@@ -110,7 +122,50 @@ func (st *store) apply(ctx context.Context, writes []write) []error {
 			errs[i] = ctx.Err()
 		}
 	}
+	st.noteWrites(errs)
 	return errs
+}
+
+// noteWrites records whether the bucket takes writes, for /health: an
+// operator must see that the IP Mapper answers but cannot store (a full
+// disk, JetStream down) before the orgmanager's deploys pile up. A failure
+// of the store marks the bucket failing; any acknowledged write clears it.
+// Errors about one message (too large for the bucket or for NATS) say
+// nothing of the store and are left out, so one bad session does not turn
+// the service red.
+func (st *store) noteWrites(errs []error) {
+	var failed error
+	ok := false
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			ok = true
+		case failed == nil && !perMessageError(err):
+			failed = err
+		}
+	}
+	switch {
+	case failed != nil:
+		since := time.Now()
+		if prev := st.failing.Load(); prev != nil {
+			since = prev.since
+		}
+		st.failing.Store(&writeFailure{err: failed, since: since})
+	case ok:
+		if st.failing.Swap(nil) != nil {
+			st.log.Info("KV writes succeed again")
+		}
+	}
+}
+
+// perMessageError reports whether err is about the one message written
+// rather than about the bucket.
+func perMessageError(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum {
+		return true
+	}
+	return errors.Is(err, nats.ErrMaxPayload)
 }
 
 // load reads every stored session. Entries that do not decode, whose id

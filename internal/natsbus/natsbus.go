@@ -11,10 +11,14 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"golang.org/x/sys/unix"
 )
 
 // EmbeddedConfig configures the in-process NATS server.
@@ -29,11 +33,32 @@ type EmbeddedConfig struct {
 	ServerName string
 	// Logger receives the server's notices and errors; nil discards them.
 	Logger *slog.Logger
+	// MaxStore bounds JetStream's file storage in bytes; 0: what the disk
+	// has (nats-server's default). Tests use it to fill the store.
+	MaxStore int64
+	// HealInterval is how often a JetStream stuck on a store write error
+	// is checked for recovery; default 2s. See Embedded.StoreError.
+	HealInterval time.Duration
+	// HealMinFree is the free space the store's file system must have
+	// before JetStream is restarted after a store write error; default
+	// 1 MiB.
+	HealMinFree uint64
 }
 
 // Embedded is a running in-process NATS server.
 type Embedded struct {
-	srv *server.Server
+	srv  *server.Server
+	cfg  EmbeddedConfig
+	log  *slog.Logger
+	lock *DirLock
+
+	// storeErr is the last store write error nats-server reported (its
+	// log is the only place it says so), cleared once JetStream was
+	// restarted over the store.
+	storeErr atomic.Pointer[string]
+	stop     chan struct{}
+	healer   sync.WaitGroup
+	shutOnce sync.Once
 }
 
 // StartEmbedded starts a NATS server with JetStream and waits until it
@@ -62,29 +87,126 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	if name == "" {
 		name = "svc-pf"
 	}
+	if cfg.HealInterval <= 0 {
+		cfg.HealInterval = 2 * time.Second
+	}
+	if cfg.HealMinFree == 0 {
+		cfg.HealMinFree = 1 << 20
+	}
+	// nats-server does not lock its store: a second server over the same
+	// directory would start and both would write the same stream files.
+	lock, err := LockDir(cfg.StoreDir, "JetStream store directory")
+	if err != nil {
+		return nil, fmt.Errorf("natsbus: %w", err)
+	}
 	opts := &server.Options{
-		ServerName: name,
-		Host:       cfg.Host,
-		Port:       port,
-		JetStream:  true,
-		StoreDir:   cfg.StoreDir,
-		NoSigs:     true,
+		ServerName:        name,
+		Host:              cfg.Host,
+		Port:              port,
+		JetStream:         true,
+		StoreDir:          cfg.StoreDir,
+		JetStreamMaxStore: cfg.MaxStore,
+		NoSigs:            true,
 		// No HTTP monitoring port: svc-pf exposes its own metrics.
 		HTTPPort: 0,
 	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
+		_ = lock.Unlock()
 		return nil, fmt.Errorf("natsbus: %w", err)
 	}
-	if cfg.Logger != nil {
-		srv.SetLoggerV2(&serverLog{log: cfg.Logger.With("component", "nats-server")}, false, false, false)
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
+	e := &Embedded{srv: srv, cfg: cfg, log: log.With("component", "nats-server"), lock: lock, stop: make(chan struct{})}
+	// Always installed, even without a Logger: the server's log is where
+	// it reports a store write error, which the healer watches for.
+	srv.SetLoggerV2(&serverLog{log: e.log, onStoreError: e.noteStoreError}, false, false, false)
 	go srv.Start()
 	if !srv.ReadyForConnections(15 * time.Second) {
 		srv.Shutdown()
+		_ = lock.Unlock()
 		return nil, errors.New("natsbus: embedded server not ready after 15s")
 	}
-	return &Embedded{srv: srv}, nil
+	e.healer.Go(e.heal)
+	return e, nil
+}
+
+// StoreError reports the store write error JetStream is stuck on (nil when
+// none): after a write fails on the disk (no space left on device, an I/O
+// error), nats-server keeps that error on the stream and refuses — without
+// even an error reply, so clients only see timeouts — every later write,
+// also once space is free again, until the stream is reopened. The
+// embedded server reopens it itself (see heal); this says why writes fail
+// meanwhile.
+func (e *Embedded) StoreError() error {
+	if p := e.storeErr.Load(); p != nil {
+		return errors.New(*p)
+	}
+	if !e.srv.JetStreamEnabled() {
+		return errors.New("JetStream is disabled")
+	}
+	return nil
+}
+
+func (e *Embedded) noteStoreError(msg string) {
+	if e.storeErr.Load() == nil {
+		e.log.Error("JetStream store write failed; writes fail until it is restarted, which happens once the disk has free space again", "err", msg)
+	}
+	e.storeErr.Store(&msg)
+}
+
+// heal restarts JetStream (it reopens every stream from its files, which
+// clears the stuck write error) once the store has room again, or when the
+// server disabled JetStream on its own (out of space in some paths,
+// permission denied). Without it a freed disk is only picked up by a
+// restart of the process.
+func (e *Embedded) heal() {
+	t := time.NewTicker(e.cfg.HealInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-t.C:
+		}
+		if e.storeErr.Load() == nil && e.srv.JetStreamEnabled() {
+			continue
+		}
+		free, err := freeBytes(e.cfg.StoreDir)
+		if err != nil || free < e.cfg.HealMinFree {
+			continue
+		}
+		if err := e.restartJetStream(); err != nil {
+			e.log.Warn("restarting JetStream after a store write error failed; retrying", "err", err)
+			continue
+		}
+		e.storeErr.Store(nil)
+		e.log.Info("JetStream restarted after a store write error; writes resume", "free_bytes", free)
+	}
+}
+
+func (e *Embedded) restartJetStream() error {
+	if e.srv.JetStreamEnabled() {
+		if err := e.srv.ShutdownJetStream(); err != nil {
+			return err
+		}
+	}
+	select {
+	case <-e.stop: // shutting down: leave it off
+		return errors.New("server shutting down")
+	default:
+	}
+	return e.srv.EnableJetStream(&server.JetStreamConfig{StoreDir: e.cfg.StoreDir, MaxStore: e.cfg.MaxStore})
+}
+
+func freeBytes(dir string) (uint64, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return 0, err
+	}
+	return st.Bavail * uint64(st.Bsize), nil
 }
 
 // ClientURL is the nats:// URL clients connect to.
@@ -100,10 +222,16 @@ func (e *Embedded) Port() int {
 	return n
 }
 
-// Shutdown stops the server and waits until it is down.
+// Shutdown stops the server, waits until it is down and releases its
+// store directory.
 func (e *Embedded) Shutdown() {
-	e.srv.Shutdown()
-	e.srv.WaitForShutdown()
+	e.shutOnce.Do(func() {
+		close(e.stop)
+		e.healer.Wait()
+		e.srv.Shutdown()
+		e.srv.WaitForShutdown()
+		_ = e.lock.Unlock()
+	})
 }
 
 // Connect opens a client connection that keeps reconnecting, logging each
@@ -155,12 +283,35 @@ func Connect(url, name string, log *slog.Logger, retryOnFailedConnect bool) (*na
 	return nc, nil
 }
 
-// serverLog adapts nats-server's logger to slog.
-type serverLog struct{ log *slog.Logger }
+// serverLog adapts nats-server's logger to slog, and passes the store
+// write errors it reports to onStoreError.
+type serverLog struct {
+	log          *slog.Logger
+	onStoreError func(string)
+}
+
+// isStoreWriteError matches what nats-server logs when a stream's store
+// fails a write ("Filestore [KV_x] Critical write error: …", "JetStream
+// stream '$G > KV_x' critical write error: …") or when it gives JetStream
+// up for lack of space ("JetStream out of space, will be DISABLED"). Its
+// API reports neither; this text is stable across 2.10–2.15.
+func isStoreWriteError(msg string) bool {
+	m := strings.ToLower(msg)
+	return strings.Contains(m, "critical write error") || strings.Contains(m, "no space left") ||
+		strings.Contains(m, "out of space") || strings.Contains(m, "out of resources, will be disabled")
+}
+
+func (l *serverLog) errorf(format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	l.log.Error(msg)
+	if l.onStoreError != nil && isStoreWriteError(msg) {
+		l.onStoreError(msg)
+	}
+}
 
 func (l *serverLog) Noticef(format string, v ...any) { l.log.Debug(fmt.Sprintf(format, v...)) }
 func (l *serverLog) Warnf(format string, v ...any)   { l.log.Warn(fmt.Sprintf(format, v...)) }
-func (l *serverLog) Fatalf(format string, v ...any)  { l.log.Error(fmt.Sprintf(format, v...)) }
-func (l *serverLog) Errorf(format string, v ...any)  { l.log.Error(fmt.Sprintf(format, v...)) }
+func (l *serverLog) Fatalf(format string, v ...any)  { l.errorf(format, v...) }
+func (l *serverLog) Errorf(format string, v ...any)  { l.errorf(format, v...) }
 func (l *serverLog) Debugf(format string, v ...any)  { l.log.Debug(fmt.Sprintf(format, v...)) }
 func (l *serverLog) Tracef(format string, v ...any)  {}

@@ -1,0 +1,88 @@
+package natsbus
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// LockFileName is the name of the lock file LockDir keeps in a directory.
+const LockFileName = ".svc-pf.lock"
+
+// DirLock is an exclusive lock on a directory, held by this process until
+// Unlock (or its exit: the kernel drops an flock with the last descriptor,
+// so a kill -9 leaves no stale lock behind, only a stale pid in the file).
+type DirLock struct {
+	f    *os.File
+	path string
+}
+
+// ErrLocked is wrapped by LockDir's error when another holder has the lock.
+var ErrLocked = errors.New("locked by another process")
+
+// LockDir takes an exclusive flock on <dir>/.svc-pf.lock, creating dir and
+// the file as needed, and writes this process's pid into it so that the
+// next one can name the holder. what names the directory's role in the
+// error ("data directory", "JetStream store directory").
+//
+// Two processes writing one data directory (two `svc-pf all`, or two
+// embedded NATS servers over one JetStream store) corrupt each other's
+// state without either noticing; neither nats-server nor SQLite refuses
+// the second one, so the lock is ours. flock is per open file
+// description, so a second LockDir in the same process conflicts too
+// (what the tests rely on).
+func LockDir(dir, what string) (*DirLock, error) {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("%s %s: %w", what, dir, err)
+	}
+	path := filepath.Join(dir, LockFileName)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o640)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: lock file: %w", what, dir, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		holder := readHolder(f)
+		_ = f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%s %s is in use by another svc-pf process (%s; lock file %s): %w — stop it or use another directory",
+				what, dir, holder, path, ErrLocked)
+		}
+		return nil, fmt.Errorf("%s %s: lock %s: %w", what, dir, path, err)
+	}
+	// The pid is informational (the lock is the flock): rewrite it whole.
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return &DirLock{f: f, path: path}, nil
+}
+
+// readHolder names the pid the holder wrote, or says it is unknown (the
+// holder may be between its flock and its write).
+func readHolder(f *os.File) string {
+	b := make([]byte, 32)
+	n, _ := f.ReadAt(b, 0)
+	if pid, err := strconv.Atoi(string(bytes.TrimSpace(b[:n]))); err == nil && pid > 0 {
+		return "pid " + strconv.Itoa(pid)
+	}
+	return "pid unknown"
+}
+
+// Path is the lock file's path.
+func (l *DirLock) Path() string { return l.path }
+
+// Unlock releases the lock. The file stays: removing it would let a
+// process that opened it just before take a lock on an unlinked file
+// while a third one locks a new file of the same name.
+func (l *DirLock) Unlock() error {
+	if l == nil || l.f == nil {
+		return nil
+	}
+	err := l.f.Close() // closing the last descriptor drops the flock
+	l.f = nil
+	return err
+}
