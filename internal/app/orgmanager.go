@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -36,6 +37,9 @@ type DeployConfig struct {
 	RetryMin             time.Duration `yaml:"retry_min"`
 	RetryMax             time.Duration `yaml:"retry_max"`
 	PublishTimeout       time.Duration `yaml:"publish_timeout"`
+	// MaxDirtyAge: /health is 503 while a change has waited longer than
+	// this for its deploy; 0 disables the check.
+	MaxDirtyAge time.Duration `yaml:"max_dirty_age"`
 }
 
 // OrgManagerConfig is the orgmanager's whole configuration file.
@@ -60,6 +64,7 @@ func DefaultOrgManagerConfig() OrgManagerConfig {
 			RetryMin:             100 * time.Millisecond,
 			RetryMax:             30 * time.Second,
 			PublishTimeout:       30 * time.Second,
+			MaxDirtyAge:          5 * time.Minute,
 		},
 	}
 }
@@ -76,7 +81,7 @@ func (c *OrgManagerConfig) Validate() error {
 		errs = append(errs, fmt.Errorf("deploy.workers must be 1..1024, not %d", d.Workers))
 	}
 	for name, v := range map[string]time.Duration{"version_check_interval": d.VersionCheckInterval,
-		"full_redeploy_interval": d.FullRedeployInterval} {
+		"full_redeploy_interval": d.FullRedeployInterval, "max_dirty_age": d.MaxDirtyAge} {
 		if v < 0 {
 			errs = append(errs, fmt.Errorf("deploy.%s must not be negative (0 disables it)", name))
 		}
@@ -98,7 +103,15 @@ type OrgManager struct {
 	deployer *deploy.Deployer
 	server   *httpapi.Server
 	log      *slog.Logger
+	// writeProbeInterval: how often Run probes the database with a write
+	// when no write told whether it takes them (writeProbeEvery; tests
+	// shorten it before Run).
+	writeProbeInterval time.Duration
 }
+
+// writeProbeEvery is how stale "the store is writable" may get in /health
+// while nobody writes, and how soon a repaired database turns it green.
+const writeProbeEvery = 10 * time.Second
 
 // StartOrgManager opens the store, builds the deploy pipeline (publishing
 // sessions to the IP Mapper and settings to their bucket over nc when it is
@@ -123,22 +136,27 @@ func StartOrgManager(ctx context.Context, cfg OrgManagerConfig, nc *nats.Conn, v
 	}
 	var publisher deploy.Publisher = deploy.Discard{}
 	var settingsKV deploy.SettingsKV
+	var ping func(context.Context) error
 	if nc != nil {
 		client, err := mapperclient.NewClient(mapperclient.ClientConfig{Conn: nc, Timeout: cfg.Deploy.PublishTimeout})
 		if err != nil {
 			store.Close()
 			return nil, err
 		}
-		publisher = mapperclient.Publisher{Client: client}
-		if settingsKV, err = natsbus.NewKV(nc, jetstream.KeyValueConfig{Bucket: settings.Bucket, History: 1}); err != nil {
+		publisher = mapperPublisher{nc: nc, pub: mapperclient.Publisher{Client: client}}
+		ping = mapperPing(nc, client)
+		kv, err := natsbus.NewKV(nc, jetstream.KeyValueConfig{Bucket: settings.Bucket, History: 1})
+		if err != nil {
 			store.Close()
 			return nil, err
 		}
+		settingsKV = natsSettingsKV{nc: nc, kv: kv}
 	}
 	deployer, err := deploy.New(deploy.Config{
 		Store: store, Publisher: publisher, Workers: cfg.Deploy.Workers,
 		VersionCheckInterval: cfg.Deploy.VersionCheckInterval, FullRedeployInterval: cfg.Deploy.FullRedeployInterval,
 		RetryMin: cfg.Deploy.RetryMin, RetryMax: cfg.Deploy.RetryMax, PublishTimeout: cfg.Deploy.PublishTimeout,
+		MaxDirtyAge: cfg.Deploy.MaxDirtyAge, Ping: ping,
 		Settings: settingsKV, Logger: log, Registerer: reg,
 	})
 	if err != nil {
@@ -159,11 +177,7 @@ func StartOrgManager(ctx context.Context, cfg OrgManagerConfig, nc *nats.Conn, v
 	docs.Register(router, "orgmanager")
 	httpapi.MountStandard(router, httpapi.StandardConfig{
 		Service: "orgmanager", Version: string(version), Gatherer: reg,
-		Ready: func() error {
-			pctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			return store.Ping(pctx)
-		},
+		Ready: func() error { return orgManagerReady(store, deployer) },
 		Info: func() any {
 			return map[string]any{"database": store.Dialect(), "ip_mapper": nc != nil}
 		},
@@ -176,7 +190,7 @@ func StartOrgManager(ctx context.Context, cfg OrgManagerConfig, nc *nats.Conn, v
 	}
 	log.Info("orgmanager listening", "address", server.Addr().String(), "database", redactURL(cfg.Database.URL),
 		"ip_mapper", nc != nil)
-	return &OrgManager{store: store, deployer: deployer, server: server, log: log}, nil
+	return &OrgManager{store: store, deployer: deployer, server: server, log: log, writeProbeInterval: writeProbeEvery}, nil
 }
 
 // Addr is the HTTP listener's address.
@@ -187,14 +201,19 @@ func (o *OrgManager) Addr() net.Addr { return o.server.Addr() }
 func (o *OrgManager) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	deployed := make(chan struct{})
+	deployed, probed := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(deployed)
 		o.deployer.Run(ctx)
 	}()
+	go func() {
+		defer close(probed)
+		o.probeWrites(ctx)
+	}()
 	err := o.server.Serve(ctx)
 	cancel()
 	<-deployed
+	<-probed
 	return errors.Join(err, o.store.Close())
 }
 
@@ -222,4 +241,146 @@ func RunOrgManager(ctx context.Context, cfg OrgManagerConfig, v Version, log *sl
 	}
 	log.Info("svc-pf orgmanager stopped")
 	return nil
+}
+
+// orgManagerReady is the orgmanager's /health: 503 with the first reason
+// that holds, in the order an operator should look — the database does not
+// answer, the database does not take writes (the last write or probe
+// failed), the IP Mapper does not answer, changes wait for their deploy
+// longer than deploy.max_dirty_age (see deploy.Deployer.Ready).
+func orgManagerReady(store *orgstore.Store, deployer *deploy.Deployer) error {
+	pctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := store.Ping(pctx); err != nil {
+		return fmt.Errorf("database unreachable: %w", err)
+	}
+	if _, err := store.WriteStatus(); err != nil {
+		return fmt.Errorf("database not writable (the last write failed): %w", err)
+	}
+	return deployer.Ready()
+}
+
+// probeWrites keeps "the database takes writes" current for /health: when
+// no write said so within the interval, or the last one failed, a write
+// probe (rolled back) asks. A repaired database thus turns /health green
+// without waiting for a client's write, and a broken one red without one.
+func (o *OrgManager) probeWrites(ctx context.Context) {
+	t := time.NewTicker(o.writeProbeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		at, err := o.store.WriteStatus()
+		if err == nil && time.Since(at) < o.writeProbeInterval {
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, o.writeProbeInterval)
+		perr := o.store.ProbeWrite(pctx)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return
+		case perr != nil && err == nil:
+			o.log.Error("database does not take writes", "err", perr)
+		case perr == nil && err != nil:
+			o.log.Info("database takes writes again")
+		}
+	}
+}
+
+// mapperPublisher is the deploy's publisher to the IP Mapper. It says
+// "IP Mapper unreachable: …" (deploy.ErrUnreachable) when NATS is not
+// connected or nobody answered, instead of what the NATS client reports
+// then: with no connection yet the client knows no maximum payload, so every
+// session was "more than one NATS message can carry", and a request during
+// a reconnect fails with "outbound buffer limit exceeded" (issue 11).
+type mapperPublisher struct {
+	nc  *nats.Conn
+	pub deploy.Publisher
+}
+
+func (p mapperPublisher) Publish(ctx context.Context, d deploy.Diff) error {
+	if err := natsDown(p.nc, deploy.ErrUnreachable); err != nil {
+		return err
+	}
+	return unreachable(p.pub.Publish(ctx, d))
+}
+
+// mapperPing asks the IP Mapper for a session no one has: any answer, even
+// a refusal, shows it listening. It goes through the client, so it follows
+// the subjects the deploys use.
+func mapperPing(nc *nats.Conn, client *mapperclient.Client) func(context.Context) error {
+	return func(ctx context.Context) error {
+		if err := natsDown(nc, deploy.ErrUnreachable); err != nil {
+			return err
+		}
+		_, err := client.GetSessions(ctx, mapperclient.Query{ID: "orgmanager-health-probe"})
+		return unreachable(err)
+	}
+}
+
+// errNATSUnreachable starts the settings bucket's errors while NATS is
+// not connected.
+var errNATSUnreachable = errors.New("NATS unreachable")
+
+// natsDown returns an error wrapping kind when nc is not connected: a
+// request then cannot reach anyone, and the NATS client's own error would
+// name a symptom (a buffer, a payload size) rather than the cause.
+func natsDown(nc *nats.Conn, kind error) error {
+	if nc.IsConnected() && nc.MaxPayload() > 0 {
+		return nil
+	}
+	status := strings.ToLower(nc.Status().String())
+	if nc.Status() == nats.RECONNECTING && nc.ConnectedUrl() == "" {
+		status = "connecting"
+	}
+	return fmt.Errorf("%w: not connected to NATS (%s)", kind, status)
+}
+
+// unreachable marks err as deploy.ErrUnreachable when it means that no
+// IP Mapper answered; any other error is an answer (a refusal, a failure
+// of the IP Mapper) and stays as it is.
+func unreachable(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, mapperclient.ErrUnavailable), errors.Is(err, nats.ErrNoResponders),
+		errors.Is(err, nats.ErrTimeout), errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, nats.ErrReconnectBufExceeded), errors.Is(err, nats.ErrConnectionClosed),
+		errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, nats.ErrDisconnected),
+		errors.Is(err, nats.ErrNoServers):
+		return fmt.Errorf("%w: %w", deploy.ErrUnreachable, err)
+	}
+	return err
+}
+
+// natsSettingsKV is the settings bucket with natsDown's check in front, so
+// a deploy of settings alone (the global layer) says why it failed too.
+type natsSettingsKV struct {
+	nc *nats.Conn
+	kv deploy.SettingsKV
+}
+
+func (k natsSettingsKV) Put(ctx context.Context, key string, value []byte) error {
+	if err := natsDown(k.nc, errNATSUnreachable); err != nil {
+		return err
+	}
+	return k.kv.Put(ctx, key, value)
+}
+
+func (k natsSettingsKV) Delete(ctx context.Context, key string) error {
+	if err := natsDown(k.nc, errNATSUnreachable); err != nil {
+		return err
+	}
+	return k.kv.Delete(ctx, key)
+}
+
+func (k natsSettingsKV) Keys(ctx context.Context, filter string) ([]string, error) {
+	if err := natsDown(k.nc, errNATSUnreachable); err != nil {
+		return nil, err
+	}
+	return k.kv.Keys(ctx, filter)
 }

@@ -99,9 +99,19 @@ type Config struct {
 	RetryMin, RetryMax time.Duration
 	// PublishTimeout bounds one publish; default 30s.
 	PublishTimeout time.Duration
-	Logger         *slog.Logger
-	Registerer     prometheus.Registerer
-	Clock          func() time.Time
+	// MaxDirtyAge makes Ready fail while a change has waited longer than
+	// this for its deploy; 0: no bound.
+	MaxDirtyAge time.Duration
+	// Ping asks the IP Mapper whether it answers (an ErrUnreachable error
+	// when not); Run calls it at start and whenever PingInterval passed
+	// without a publish, and Ready fails while the last publish or ping
+	// found no IP Mapper. nil: no IP Mapper is configured, nothing checked.
+	Ping func(ctx context.Context) error
+	// PingInterval; default 10s.
+	PingInterval time.Duration
+	Logger       *slog.Logger
+	Registerer   prometheus.Registerer
+	Clock        func() time.Time
 }
 
 // Status is an organisation's deploy state as GET effective-ranges shows it.
@@ -114,6 +124,10 @@ type Status struct {
 	Ranges     []ranges.Range
 	Dirty      bool
 	DirtySince time.Time
+	// Started is when the deployer started. A version the database holds
+	// and the deployer has not yet learnt of is dirty since
+	// DirtySince(its updated_at, Started, now).
+	Started time.Time
 }
 
 // Deployer runs the deploy pipeline: the scheduler over one job per
@@ -121,6 +135,11 @@ type Status struct {
 type Deployer struct {
 	sched    *scheduler
 	sessions *sessionDeploys
+
+	maxDirtyAge  time.Duration
+	ping         func(ctx context.Context) error
+	pingInterval time.Duration
+	reach        *reachability
 }
 
 // New returns a Deployer; Run starts its workers.
@@ -146,6 +165,12 @@ func New(cfg Config) (*Deployer, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
+	if cfg.PingInterval <= 0 {
+		cfg.PingInterval = defaultPingInterval
+	}
+	if cfg.MaxDirtyAge < 0 {
+		return nil, errors.New("deploy: MaxDirtyAge must not be negative")
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -159,6 +184,7 @@ func New(cfg Config) (*Deployer, error) {
 		fullRedeploys:        cfg.FullRedeployInterval,
 		log:                  log,
 		now:                  cfg.Clock,
+		started:              cfg.Clock(),
 		orgs:                 map[string]*orgState{},
 		wake:                 make(chan struct{}, 1),
 	}
@@ -167,9 +193,10 @@ func New(cfg Config) (*Deployer, error) {
 		return nil, err
 	}
 	sched.metrics = m
+	reach := &reachability{}
 	sessions := &sessionDeploys{
 		store: cfg.Store, publisher: cfg.Publisher, publishTimeout: cfg.PublishTimeout,
-		metrics: m, orgs: map[string]*sessionState{},
+		metrics: m, orgs: map[string]*sessionState{}, reach: reach, now: cfg.Clock,
 	}
 	j := &orgJob{store: cfg.Store, sessions: sessions, log: log}
 	if cfg.Settings != nil {
@@ -177,7 +204,8 @@ func New(cfg Config) (*Deployer, error) {
 			metrics: m, held: map[string]map[string]string{}}
 	}
 	sched.job = j
-	return &Deployer{sched: sched, sessions: sessions}, nil
+	return &Deployer{sched: sched, sessions: sessions, maxDirtyAge: cfg.MaxDirtyAge,
+		ping: cfg.Ping, pingInterval: cfg.PingInterval, reach: reach}, nil
 }
 
 // Notify records that a write changed org: it is dirty from now until a
@@ -195,7 +223,7 @@ func (d *Deployer) Redeploy(org string) { d.sched.notify(org, true) }
 func (d *Deployer) Status(org string) Status {
 	// Dirty first: a deploy publishes its snapshot before it clears dirty,
 	// so "not dirty" here always comes with the snapshot that settled it.
-	var out Status
+	out := Status{Started: d.sched.started}
 	out.Dirty, out.DirtySince = d.sched.dirty(org)
 	if snap, ok := d.sessions.deployed(org); ok {
 		out.Deployed, out.Version, out.Ranges = true, snap.version, snap.ranges
@@ -205,7 +233,12 @@ func (d *Deployer) Status(org string) Status {
 
 // Run starts the workers and the periodic scans; it returns when ctx is done
 // and every worker has finished its current deploy.
-func (d *Deployer) Run(ctx context.Context) { d.sched.run(ctx) }
+func (d *Deployer) Run(ctx context.Context) {
+	done := make(chan struct{})
+	go func() { defer close(done); d.pingLoop(ctx) }()
+	d.sched.run(ctx)
+	<-done
+}
 
 // storeLister reads the scheduler's scans from the Store; with global, the
 // global settings layer is one more entry (globalSlot) with its version.

@@ -21,6 +21,7 @@ type recorder struct {
 	mu    sync.Mutex
 	diffs []Diff
 	fail  bool
+	err   error         // what a failing Publish returns; nil: a plain error
 	gate  chan struct{} // when set, Publish waits for it to close
 	calls int
 }
@@ -40,6 +41,9 @@ func (r *recorder) Publish(ctx context.Context, d Diff) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.fail {
+		if r.err != nil {
+			return r.err
+		}
 		return errors.New("IP Mapper unreachable")
 	}
 	r.diffs = append(r.diffs, d)
@@ -47,6 +51,9 @@ func (r *recorder) Publish(ctx context.Context, d Diff) error {
 }
 
 func (r *recorder) setFail(v bool) { r.mu.Lock(); r.fail = v; r.mu.Unlock() }
+
+// failWith makes Publish fail with err (nil: succeed).
+func (r *recorder) failWith(err error) { r.mu.Lock(); r.fail, r.err = err != nil, err; r.mu.Unlock() }
 
 func (r *recorder) callCount() int { r.mu.Lock(); defer r.mu.Unlock(); return r.calls }
 

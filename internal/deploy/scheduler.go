@@ -42,12 +42,18 @@ type scheduler struct {
 	log                                 *slog.Logger
 	now                                 func() time.Time
 	metrics                             *metrics
+	// started is when the scheduler was made: a change written before it
+	// counts as dirty since then (see dirtySinceFor).
+	started time.Time
 
-	mu     sync.Mutex
-	orgs   map[string]*orgState
-	queue  []string
-	wake   chan struct{}
-	closed bool
+	mu   sync.Mutex
+	orgs map[string]*orgState
+	// lastErr is the error of the last failed deploy, nil once a deploy
+	// succeeds: Ready names it when deploys fall behind.
+	lastErr error
+	queue   []string
+	wake    chan struct{}
+	closed  bool
 }
 
 // orgState is guarded by scheduler.mu.
@@ -80,6 +86,42 @@ func (s *scheduler) oldestDirty() float64 {
 	return s.now().Sub(oldest).Seconds()
 }
 
+// dirtySinceFor is when a version written at written, which this scheduler
+// learnt of from the database rather than from Notify, became dirty for it:
+// the write, but not before the scheduler started, nor in the future.
+//
+// Why not the write alone: after a restart every organisation is deployed
+// again, most of them already held by the IP Mapper since long before (the
+// previous process cannot say which); dating them from their last write
+// would report every restart as deploys stuck for months, in
+// effective-ranges, svcpf_deploy_oldest_dirty_seconds and /health. A write
+// by another instance after the start is dated exactly. Zero means unknown:
+// the start (or now, if later).
+func (s *scheduler) dirtySinceFor(written time.Time) time.Time {
+	return DirtySince(written, s.started, s.now())
+}
+
+// DirtySince is when a change written at written became dirty for a
+// deployer started at started, at now: written, but neither before started
+// nor after now (another instance's clock may be ahead). See Status.Started.
+func DirtySince(written, started, now time.Time) time.Time {
+	t := written
+	if t.Before(started) {
+		t = started
+	}
+	if t.After(now) {
+		t = now
+	}
+	return t
+}
+
+// lastError is the error of the last deploy when it failed.
+func (s *scheduler) lastError() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastErr
+}
+
 // notify records that a write changed org; redeploy asks for a full
 // republish on top.
 func (s *scheduler) notify(org string, redeploy bool) {
@@ -87,7 +129,7 @@ func (s *scheduler) notify(org string, redeploy bool) {
 	defer s.mu.Unlock()
 	st := s.stateLocked(org)
 	st.redeploy = st.redeploy || redeploy
-	s.enqueueLocked(org, st)
+	s.enqueueLocked(org, st, time.Time{})
 }
 
 // dirty returns whether org has changes not yet deployed, and since when.
@@ -110,12 +152,16 @@ func (s *scheduler) stateLocked(org string) *orgState {
 	return st
 }
 
-// enqueueLocked marks org dirty and queues it once: a burst of writes while
-// it waits costs one deploy, and a write during a running deploy queues one
-// more after it, never a concurrent one.
-func (s *scheduler) enqueueLocked(org string, st *orgState) {
+// enqueueLocked marks org dirty (since since, or now when since is zero)
+// and queues it once: a burst of writes while it waits costs one deploy,
+// and a write during a running deploy queues one more after it, never a
+// concurrent one.
+func (s *scheduler) enqueueLocked(org string, st *orgState, since time.Time) {
 	if st.dirtySince.IsZero() {
-		st.dirtySince = s.now()
+		if since.IsZero() {
+			since = s.now()
+		}
+		st.dirtySince = since
 		s.metrics.dirty.Inc()
 	}
 	if st.retry != nil {
@@ -210,6 +256,7 @@ func (s *scheduler) deployOne(ctx context.Context, org string) {
 	switch {
 	case err != nil:
 		s.metrics.failures.Inc()
+		s.lastErr = err
 		// A failed full republish is retried in full.
 		st.redeploy = st.redeploy || redeploy
 		st.failures++
@@ -220,7 +267,7 @@ func (s *scheduler) deployOne(ctx context.Context, org string) {
 		s.log.Warn("deploy failed; retrying", "org", org, "attempt", st.failures, "retry_in", delay, "err", err)
 		if st.again {
 			st.again = false
-			s.enqueueLocked(org, st)
+			s.enqueueLocked(org, st, time.Time{})
 			return
 		}
 		var t *time.Timer
@@ -229,7 +276,7 @@ func (s *scheduler) deployOne(ctx context.Context, org string) {
 			defer s.mu.Unlock()
 			if !s.closed && st.retry == t {
 				st.retry = nil
-				s.enqueueLocked(org, st)
+				s.enqueueLocked(org, st, time.Time{})
 			}
 		})
 		st.retry = t
@@ -239,17 +286,19 @@ func (s *scheduler) deployOne(ctx context.Context, org string) {
 		if st.again {
 			st.again = false
 			st.deployed, st.deployedVersion = false, 0
-			s.enqueueLocked(org, st)
+			s.enqueueLocked(org, st, time.Time{})
 			return
 		}
+		s.lastErr = nil
 		s.settledLocked(st, start)
 		delete(s.orgs, org)
 	default:
+		s.lastErr = nil
 		st.failures = 0
 		st.deployed, st.deployedVersion = true, version
 		if st.again || st.redeploy {
 			st.again = false
-			s.enqueueLocked(org, st)
+			s.enqueueLocked(org, st, time.Time{})
 			return
 		}
 		s.settledLocked(st, start)
@@ -322,14 +371,18 @@ func (s *scheduler) scan(ctx context.Context, redeployAll bool) {
 		}
 		// A pending retry keeps its backoff; it will see the same state.
 		if (redeployAll || !st.deployed || st.deployedVersion != o.Version) && st.retry == nil {
-			s.enqueueLocked(o.ID, st)
+			since := time.Time{} // a full redeploy changes nothing: dirty from now
+			if !st.deployed || st.deployedVersion != o.Version {
+				since = s.dirtySinceFor(o.UpdatedAt)
+			}
+			s.enqueueLocked(o.ID, st, since)
 			queued++
 		}
 	}
 	for _, del := range deleted {
 		// Re-created since: its own deploy cleans the older revisions.
 		if st := s.stateLocked(del.ID); !exists[del.ID] && st.retry == nil {
-			s.enqueueLocked(del.ID, st)
+			s.enqueueLocked(del.ID, st, s.dirtySinceFor(time.Time{}))
 			queued++
 		}
 	}

@@ -27,6 +27,9 @@ type sessionDeploys struct {
 	publisher      Publisher
 	publishTimeout time.Duration
 	metrics        *metrics
+	// reach learns from every publish whether the IP Mapper answered.
+	reach *reachability
+	now   func() time.Time
 
 	mu   sync.Mutex
 	orgs map[string]*sessionState
@@ -156,7 +159,9 @@ func (s *sessionDeploys) publish(ctx context.Context, diff Diff) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.publishTimeout)
 	defer cancel()
-	if err := s.publisher.Publish(ctx, diff); err != nil {
+	err := s.publisher.Publish(ctx, diff)
+	s.reach.note(err, s.now())
+	if err != nil {
 		return fmt.Errorf("publish %s: %w", diff.Org, err)
 	}
 	s.metrics.sessionsSet.Add(float64(len(diff.Set)))

@@ -512,14 +512,19 @@ func TestBatchTextTheStoreRefuses(t *testing.T) {
 			{`{"cidr":"10.5.0.0/16","meta":{"trace_\u0069d":"\u0000"}}`, "meta.trace_id contains a NUL character"},
 			{`{"cidr":"10.6.0.0/16","meta":{"x-k":"` + "\xff" + `"}}`, "meta is not valid UTF-8"},
 			{`{"cidr":"10.7.0.0/16","meta":{"trace_id":"` + "\xc3" + `"}}`, "meta is not valid UTF-8"},
+			// Raw invalid bytes in an attribute: encoding/json would decode
+			// them as U+FFFD and store another name (issue 11).
+			{`{"cidr":"10.9.0.0/16","username":"` + "\xff" + `"}`, "invalid input: username is not valid UTF-8"},
+			{`{"cidr":"10.9.0.0/16","deviceid":"mac:` + "\xc3\x28" + `"}`, "invalid input: deviceid is not valid UTF-8"},
+			{`{"location":"` + "\xed\xa0\x80" + `","cidr":"10.9.0.0/16"}`, "invalid input: location is not valid UTF-8"},
+			{`{"cidr":"10.9.0.0/16","username":"ok","location":"` + "\xff" + `","meta":{"x":"` + "\xff" + `"}}`, "invalid input: location is not valid UTF-8"},
 		}
 		// What the store can hold passes: a NUL escape elsewhere in meta is
-		// stored as text, and a raw invalid byte in an attribute string is
-		// decoded as U+FFFD by encoding/json.
+		// stored as text; an escaped U+FFFD is a character like another.
 		good := []string{
 			`{"cidr":"10.1.0.0/16","meta":{"trace_id":"ok"}}`,
 			`{"cidr":"10.8.0.0/16","meta":{"x-k":"a\u0000b","trace_id":7}}`,
-			`{"cidr":"10.9.0.0/16","username":"` + "\xff" + `"}`,
+			`{"cidr":"10.9.0.0/16","username":"\ufffd"}`,
 		}
 		items := []string{good[0]}
 		for _, b := range bad {
@@ -546,7 +551,7 @@ func TestBatchTextTheStoreRefuses(t *testing.T) {
 			t.Errorf("meta with a NUL escape: %v", raw["meta"])
 		}
 		if o, _ := h.override("acme", "10.9.0.0/16"); o.Username != "\uFFFD" {
-			t.Errorf("username %q, want U+FFFD", o.Username)
+			t.Errorf("username %q, want the U+FFFD sent", o.Username)
 		}
 
 		for _, b := range bad {

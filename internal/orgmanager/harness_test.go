@@ -71,9 +71,17 @@ func eachDB(t *testing.T, fn func(t *testing.T, h *harness)) {
 
 func newHarness(t testing.TB, store *orgstore.Store, pub deploy.Publisher) *harness {
 	t.Helper()
+	return newHarnessConfig(t, deploy.Config{Store: store, Publisher: pub})
+}
+
+// newHarnessConfig is newHarness with more of the deploy configuration.
+func newHarnessConfig(t testing.TB, cfg deploy.Config) *harness {
+	t.Helper()
+	store := cfg.Store.(*orgstore.Store)
 	reg := prometheus.NewRegistry()
-	d, err := deploy.New(deploy.Config{Store: store, Publisher: pub, Workers: 2, Registerer: reg,
-		RetryMin: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond})
+	cfg.Workers, cfg.Registerer = 2, reg
+	cfg.RetryMin, cfg.RetryMax = 10*time.Millisecond, 100*time.Millisecond
+	d, err := deploy.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"net/url"
+	"unicode/utf8"
 
 	"github.com/svc-pf/svc-pf/internal/cidr"
 	"github.com/svc-pf/svc-pf/internal/httpapi"
@@ -48,6 +49,45 @@ type overrideInput struct {
 	Location *string         `json:"location"`
 	Meta     json.RawMessage `json:"meta"`
 	Delete   *bool           `json:"delete"`
+
+	// notUTF8 names the first of username, deviceid and location whose
+	// string in the body was not valid UTF-8 (see UnmarshalJSON).
+	notUTF8 string
+}
+
+// UnmarshalJSON decodes an override and notes an attribute whose bytes are
+// not valid UTF-8. encoding/json replaces each invalid byte of a string with
+// U+FFFD without a word, so such a username was stored as another name
+// while the same bytes in meta (kept raw) were a 400 (issue 11); only the
+// raw value tells. A body that is valid UTF-8 as a whole, the usual case,
+// is decoded once.
+func (in *overrideInput) UnmarshalJSON(b []byte) error {
+	type plain overrideInput // without this method
+	if err := json.Unmarshal(b, (*plain)(in)); err != nil {
+		return err
+	}
+	in.notUTF8 = ""
+	if utf8.Valid(b) {
+		return nil
+	}
+	var raw struct {
+		Username json.RawMessage `json:"username"`
+		DeviceID json.RawMessage `json:"deviceid"`
+		Location json.RawMessage `json:"location"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err // not reached: the same bytes decoded above
+	}
+	for _, f := range []struct {
+		name string
+		raw  json.RawMessage
+	}{{"username", raw.Username}, {"deviceid", raw.DeviceID}, {"location", raw.Location}} {
+		if !utf8.Valid(f.raw) {
+			in.notUTF8 = f.name
+			break
+		}
+	}
+	return nil
 }
 
 // inputError is a refused override; cidr is set when the CIDR itself was
@@ -71,6 +111,11 @@ func (in *overrideInput) toOverride() (orgstore.Override, error) {
 	p, err := cidr.Parse(*in.CIDR)
 	if err != nil {
 		return orgstore.Override{}, &inputError{cidr: *in.CIDR, err: err}
+	}
+	if in.notUTF8 != "" {
+		// The text identity.Attributes.Validate gives a Go string that is
+		// not UTF-8, so both ways of sending one read the same.
+		return orgstore.Override{}, &inputError{err: fmt.Errorf("%w: %s is not valid UTF-8", identity.ErrInvalid, in.notUTF8)}
 	}
 	o := orgstore.Override{CIDR: p, Meta: in.Meta}
 	for _, f := range []struct{ in, out *string }{

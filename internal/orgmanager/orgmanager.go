@@ -479,8 +479,10 @@ func (a *API) effectiveRanges(w http.ResponseWriter, r *http.Request, org string
 	dirty, since := st.Dirty, st.DirtySince
 	if !dirty && (!st.Deployed || st.Version < o.Version) {
 		// A version the deployer has not been told about yet (written by
-		// another instance, or before a restart): dirty since that write.
-		dirty, since = true, o.UpdatedAt
+		// another instance, or before a restart): dirty since that write,
+		// or since the deployer started when the write is older, as the
+		// deployer itself dates it once its scan finds the version.
+		dirty, since = true, deploy.DirtySince(o.UpdatedAt, st.Started, time.Now())
 	}
 	dirtySince := ""
 	if dirty {

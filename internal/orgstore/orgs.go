@@ -96,7 +96,7 @@ func (s *Store) DeleteOrg(ctx context.Context, id string) error {
 // ListOrgs returns every organisation with its version, ordered by id (byte
 // order). The deploy step's version scanner walks it.
 func (s *Store) ListOrgs(ctx context.Context) ([]OrgVersion, error) {
-	rows, err := s.reader.QueryContext(ctx, `SELECT id, version FROM orgs ORDER BY id`)
+	rows, err := s.reader.QueryContext(ctx, `SELECT id, version, updated_at FROM orgs ORDER BY id`)
 	if err != nil {
 		return nil, fmt.Errorf("orgstore: list organisations: %w", err)
 	}
@@ -104,9 +104,11 @@ func (s *Store) ListOrgs(ctx context.Context) ([]OrgVersion, error) {
 	var out []OrgVersion
 	for rows.Next() {
 		var o OrgVersion
-		if err := rows.Scan(&o.ID, &o.Version); err != nil {
+		var updated int64
+		if err := rows.Scan(&o.ID, &o.Version, &updated); err != nil {
 			return nil, fmt.Errorf("orgstore: list organisations: %w", err)
 		}
+		o.UpdatedAt = fromMicros(updated)
 		out = append(out, o)
 	}
 	if err := rows.Err(); err != nil {
@@ -123,7 +125,9 @@ func (s *Store) NextRevision(ctx context.Context, id string) (int64, error) {
 		return 0, ErrOrgNotFound
 	}
 	var rev int64
-	err := s.writer.QueryRowContext(ctx, `UPDATE orgs SET revision = revision + 1 WHERE id = $1 RETURNING revision`, id).Scan(&rev)
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		return tx.QueryRowContext(ctx, `UPDATE orgs SET revision = revision + 1 WHERE id = $1 RETURNING revision`, id).Scan(&rev)
+	})
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, ErrOrgNotFound
 	}
@@ -183,8 +187,11 @@ func (s *Store) DeletedOrg(ctx context.Context, org string) (DeletedOrg, bool, e
 // A later delete of the same id (re-created and deleted again meanwhile)
 // has another timestamp and stays.
 func (s *Store) ForgetDeletedOrg(ctx context.Context, d DeletedOrg) error {
-	if _, err := s.writer.ExecContext(ctx, `DELETE FROM deleted_orgs WHERE id = $1 AND revision = $2 AND deleted_at = $3`,
-		d.ID, d.Revision, d.deletedAt); err != nil {
+	if err := s.write(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `DELETE FROM deleted_orgs WHERE id = $1 AND revision = $2 AND deleted_at = $3`,
+			d.ID, d.Revision, d.deletedAt)
+		return err
+	}); err != nil {
 		return fmt.Errorf("orgstore: forget deleted organisation: %w", err)
 	}
 	return nil

@@ -43,7 +43,14 @@ func TestOrgLifecycle(t *testing.T) {
 			must[int64](t)(s.PutOrg(ctx, id))
 		}
 		got := must[[]orgstore.OrgVersion](t)(s.ListOrgs(ctx))
-		wantList := []orgstore.OrgVersion{{"Beta", 1}, {"a b c", 1}, {"acme", 2}, {"beta", 1}, {"zeta", 1}, {"ünïcode", 1}}
+		wantList := []orgstore.OrgVersion{{ID: "Beta", Version: 1}, {ID: "a b c", Version: 1}, {ID: "acme", Version: 2},
+			{ID: "beta", Version: 1}, {ID: "zeta", Version: 1}, {ID: "ünïcode", Version: 1}}
+		for i := range got {
+			if got[i].UpdatedAt.IsZero() {
+				t.Fatalf("ListOrgs[%d].UpdatedAt is zero", i)
+			}
+			got[i].UpdatedAt = time.Time{}
+		}
 		if !slices.Equal(got, wantList) {
 			t.Fatalf("ListOrgs = %v, want %v (byte order)", got, wantList)
 		}

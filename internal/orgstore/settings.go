@@ -300,8 +300,10 @@ func (s *Store) PutGlobalSettings(ctx context.Context, doc *settings.Document) (
 		return 0, err
 	}
 	var v int64
-	if err := s.writer.QueryRowContext(ctx, `UPDATE global_settings SET version = version + 1, selects_profile = $1, doc = $2
-		WHERE id = 1 RETURNING version`, profile, text).Scan(&v); err != nil {
+	if err := s.write(ctx, func(tx *sql.Tx) error {
+		return tx.QueryRowContext(ctx, `UPDATE global_settings SET version = version + 1, selects_profile = $1, doc = $2
+		WHERE id = 1 RETURNING version`, profile, text).Scan(&v)
+	}); err != nil {
 		return 0, fmt.Errorf("orgstore: write global settings: %w", err)
 	}
 	return v, nil
@@ -311,8 +313,10 @@ func (s *Store) PutGlobalSettings(ctx context.Context, doc *settings.Document) (
 // global version; ErrSettingsNotFound (and no bump) when there is none.
 func (s *Store) DeleteGlobalSettings(ctx context.Context) (int64, error) {
 	var v int64
-	err := s.writer.QueryRowContext(ctx, `UPDATE global_settings SET version = version + 1, selects_profile = NULL, doc = NULL
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		return tx.QueryRowContext(ctx, `UPDATE global_settings SET version = version + 1, selects_profile = NULL, doc = NULL
 		WHERE id = 1 AND doc IS NOT NULL RETURNING version`).Scan(&v)
+	})
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, ErrSettingsNotFound
 	}

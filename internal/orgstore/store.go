@@ -29,8 +29,9 @@ import (
 
 // Config configures Open.
 type Config struct {
-	// URL is "sqlite:PATH" (the parent directory is created) or
-	// "postgres://…" / "postgresql://…".
+	// URL is "sqlite:PATH" (the parent directory must exist) or
+	// "postgres://…" / "postgresql://…". Open refuses a database it cannot
+	// write.
 	URL string
 	// MaxReadConns is the reader pool size; 0 picks a default from GOMAXPROCS.
 	MaxReadConns int
@@ -81,6 +82,9 @@ type Org struct {
 type OrgVersion struct {
 	ID      string
 	Version int64
+	// UpdatedAt is when the version was written: the deploy's dirty_since
+	// for a version it learns of from the database.
+	UpdatedAt time.Time
 }
 
 // Override is one per-CIDR override. Strings are "" when absent.
@@ -169,6 +173,8 @@ type Store struct {
 	// holds lock, the SQLite database's lock file (see overrideCache).
 	cache *overrideCache
 	lock  *os.File
+	// health is the outcome of the last write or write probe (writable.go).
+	health writeHealth
 }
 
 // overrideCacheSize bounds the cached single-override reads.
@@ -249,6 +255,11 @@ func (s *Store) openSQLite(ctx context.Context, path string, readConns int) erro
 	if err := s.writer.PingContext(ctx); err != nil {
 		return fmt.Errorf("orgstore: open sqlite %s: %w", abs, err)
 	}
+	// Probed before the migrations, so that a read-only file is refused
+	// with what to do rather than with a failed migration.
+	if err := s.probeAtOpen(ctx, abs); err != nil {
+		return err
+	}
 	if err := migrate(ctx, s.writer, DialectSQLite, s.nowMicros()); err != nil {
 		return err
 	}
@@ -287,6 +298,9 @@ func (s *Store) openPostgres(ctx context.Context, url string, readConns int) err
 	if err := db.PingContext(ctx); err != nil {
 		return fmt.Errorf("orgstore: connect to postgres: %w", err)
 	}
+	if err := s.probeAtOpen(ctx, ""); err != nil {
+		return err
+	}
 	return migrate(ctx, db, DialectPostgres, s.nowMicros())
 }
 
@@ -321,22 +335,6 @@ func (s *Store) Ping(ctx context.Context) error {
 	}
 	if s.writer != s.reader {
 		return s.writer.PingContext(ctx)
-	}
-	return nil
-}
-
-// write runs fn in one write transaction.
-func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	tx, err := s.writer.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("orgstore: begin: %w", err)
-	}
-	if err := fn(tx); err != nil {
-		_ = tx.Rollback()
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("orgstore: commit: %w", err)
 	}
 	return nil
 }
