@@ -31,8 +31,8 @@ func (r *Resolver) listen() error {
 			return fmt.Errorf("dns.listen %s (tcp): %w", ap, err)
 		}
 		shard := r.stats.Shard(uint(r.shardSeq.Add(1)))
-		r.tcp = append(r.tcp, &tcpServer{addr: netip.AddrPortFrom(ap.Addr(), port), shard: shard,
-			ln: &limitListener{Listener: ln, max: int64(r.cfg.TCPMaxConnections), shard: shard}})
+		r.tcp = append(r.tcp, newTCPServer(r, netip.AddrPortFrom(ap.Addr(), port),
+			&limitListener{Listener: ln, max: int64(r.cfg.TCPMaxConnections), shard: shard, allowed: r.allowed}, shard))
 	}
 	return nil
 }

@@ -19,9 +19,13 @@ import (
 // first four without leaving the socket's goroutine):
 //
 //  1. allow_from: a client outside it is refused before anything is spent
-//     on it (and counted unauthorized-udp/-tcp).
-//  2. parse: a malformed query gets FORMERR (or is dropped when even the
-//     header is unreadable), counted client-parse-errors.
+//     on it: its UDP packets dropped, its TCP connections closed on accept
+//     (counted unauthorized-udp/-tcp).
+//  2. parse (dnswire, over UDP and TCP alike): a malformed query gets
+//     FORMERR, another opcode NOTIMP, and a packet without a header or a
+//     response nothing (over TCP the connection is closed); counted
+//     client-parse-errors, or ignored-packets for what is not a query. An
+//     EDNS version other than 0 gets BADVERS, before the packet cache.
 //  3. client → policy (policy.Engine.PolicyFor): the subscriber index finds
 //     the session by longest prefix, its compiled policy is cached per
 //     (session, settings version). This comes before the cache because the
@@ -33,7 +37,10 @@ import (
 //     need no answer; a block, a redirect or an RPZ action is answered
 //     here, without asking upstream.
 //  7. record cache, else the forwarders: the answer for the name, shared
-//     by every policy class.
+//     by every policy class. A query type no resolver is asked for (zone
+//     transfers, TSIG, OPT, RRSIG, …) is SERVFAIL here, as PowerDNS
+//     answers it, without asking the forwarders: their REFUSED would make
+//     them rest for every client.
 //  8. blocked_networks: when the policy has some, each A/AAAA of the
 //     answer is decided again as the answer address (step 8 of §6.3).
 //  9. the reply, sized for the client, stored in the packet cache under the
@@ -139,6 +146,9 @@ func (r *Resolver) countPolicy(sh *stats.Shard, d *policy.Decision, haveRPZ bool
 // forwarders; SERVFAIL when none answers in time.
 func (r *Resolver) forward(ctx context.Context, req *dns.Msg, q *query) *dns.Msg {
 	qs := req.Question[0]
+	if unsupportedType(qs.Qtype) {
+		return errorReply(req, dns.RcodeServerFailure)
+	}
 	opt := req.IsEdns0()
 	do := opt != nil && opt.Do()
 	key := cache.RecordKey{Name: qs.Name, Type: qs.Qtype, Class: qs.Qclass, DO: do}
@@ -168,6 +178,21 @@ func (r *Resolver) forward(ctx context.Context, req *dns.Msg, q *query) *dns.Msg
 		}
 	}
 	return m
+}
+
+// unsupportedType reports the query types a resolver is not asked for:
+// PowerDNS's list (SyncRes::isUnsupported), RFC 6895's meta types 128–254
+// (TKEY, TSIG, IXFR, AXFR, MAILB, MAILA), type 0, OPT, RRSIG, NSEC3 and
+// 65535. ANY (255) is asked.
+func unsupportedType(t uint16) bool {
+	if t >= 128 && t <= 254 {
+		return true
+	}
+	switch t {
+	case 0, dns.TypeOPT, dns.TypeRRSIG, dns.TypeNSEC3, 65535:
+		return true
+	}
+	return false
 }
 
 // errorReply is an empty reply with rcode.

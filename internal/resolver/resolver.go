@@ -200,7 +200,7 @@ func (r *Resolver) Run(ctx context.Context) error {
 		r.wg.Go(func() { s.serve(r) })
 	}
 	for _, t := range r.tcp {
-		r.wg.Go(func() { t.serve(r) })
+		r.wg.Go(t.serve)
 	}
 	r.wg.Go(func() { r.housekeeping(ctx) })
 	<-ctx.Done()

@@ -2,6 +2,8 @@ package resolver
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
 	"net"
 	"net/netip"
 	"sync/atomic"
@@ -9,6 +11,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/svc-pf/svc-pf/internal/resolver/dnswire"
 	"github.com/svc-pf/svc-pf/internal/resolver/stats"
 )
 
@@ -22,21 +25,71 @@ type tcpServer struct {
 	shard *stats.Shard
 }
 
-func (t *tcpServer) serve(r *Resolver) {
+// newTCPServer builds the miekg/dns server of one TCP listener (before Run,
+// so that Close never races with serve over it).
+func newTCPServer(r *Resolver, addr netip.AddrPort, ln *limitListener, shard *stats.Shard) *tcpServer {
+	t := &tcpServer{addr: addr, ln: ln, shard: shard}
 	t.srv = &dns.Server{
 		Listener: t.ln, Net: "tcp", MaxTCPQueries: -1,
-		IdleTimeout:   func() time.Duration { return r.cfg.TCPIdleTimeout },
-		ReadTimeout:   r.cfg.TCPIdleTimeout,
-		WriteTimeout:  5 * time.Second,
-		Handler:       dns.HandlerFunc(func(w dns.ResponseWriter, req *dns.Msg) { t.handle(r, w, req) }),
-		MsgAcceptFunc: acceptAll,
+		IdleTimeout:    func() time.Duration { return r.cfg.TCPIdleTimeout },
+		ReadTimeout:    r.cfg.TCPIdleTimeout,
+		WriteTimeout:   5 * time.Second,
+		Handler:        dns.HandlerFunc(func(w dns.ResponseWriter, req *dns.Msg) { t.handle(r, w, req) }),
+		MsgAcceptFunc:  acceptAll,
+		DecorateReader: func(rd dns.Reader) dns.Reader { return checkedReader{Reader: rd, shard: shard} },
+		// What dnswire accepted and miekg/dns cannot unpack: miekg/dns
+		// answers FORMERR itself.
+		MsgInvalidFunc: func([]byte, error) { shard.Inc(stats.ClientParseErrors) },
 	}
-	_ = t.srv.ActivateAndServe()
+	return t
 }
+
+func (t *tcpServer) serve() { _ = t.srv.ActivateAndServe() }
 
 // acceptAll leaves every message to the pipeline, which answers FORMERR
 // or NOTIMP itself and counts it.
 func acceptAll(dns.Header) dns.MsgAcceptAction { return dns.MsgAccept }
+
+// errTCPDrop ends a connection whose message gets no answer.
+var errTCPDrop = errors.New("resolver: a TCP message without a header, or a response: connection closed")
+
+// checkedReader parses each TCP message with dnswire before miekg/dns
+// sees it, so that TCP refuses, answers and counts malformed queries as
+// UDP does (pipeline.go step 2). A message that gets no answer (no header,
+// or a response) closes the connection, as PowerDNS does; the others get
+// their FORMERR or NOTIMP here and the connection reads on.
+type checkedReader struct {
+	dns.Reader
+	shard *stats.Shard
+}
+
+func (c checkedReader) ReadTCP(conn net.Conn, timeout time.Duration) ([]byte, error) {
+	for {
+		m, err := c.Reader.ReadTCP(conn, timeout)
+		if err != nil {
+			return nil, err
+		}
+		var q dnswire.Query
+		err = q.Parse(m)
+		if err == nil {
+			return m, nil
+		}
+		var pe dnswire.ParseError
+		errors.As(err, &pe)
+		countParseError(c.shard, pe)
+		if pe == 0 || pe.Drop() {
+			return nil, errTCPDrop
+		}
+		out := dnswire.AppendError(make([]byte, 2, 2+dnswire.MaxReplyLen), &q, pe.Rcode(), ourUDPSize)
+		binary.BigEndian.PutUint16(out, uint16(len(out)-2))
+		if err := conn.SetWriteDeadline(time.Now().Add(5 * time.Second)); err != nil {
+			return nil, err
+		}
+		if _, err := conn.Write(out); err != nil {
+			return nil, err
+		}
+	}
+}
 
 func (t *tcpServer) close() {
 	if t.srv != nil {
@@ -49,19 +102,13 @@ func (t *tcpServer) handle(r *Resolver, w dns.ResponseWriter, req *dns.Msg) {
 	start := r.now()
 	ap, _ := netip.ParseAddrPort(w.RemoteAddr().String())
 	client := ap.Addr().Unmap()
-	if !r.allowed(client) {
-		t.shard.Inc(stats.UnauthorizedTCP)
-		_ = w.Close()
-		return
-	}
 	t.shard.Question(true, client.Is6())
-	if req.Response || req.Opcode != dns.OpcodeQuery {
-		t.shard.Inc(stats.ClientParseErrors)
-		reply := errorReply(req, dns.RcodeNotImplemented)
-		if req.Opcode == dns.OpcodeQuery {
-			reply.Rcode = dns.RcodeFormatError
-		}
-		t.write(r, w, req, reply, start)
+	opt := req.IsEdns0()
+	if opt != nil && opt.Do() {
+		t.shard.Inc(stats.DNSSECQueries)
+	}
+	if opt != nil && opt.Version() != 0 {
+		t.write(r, w, req, errorReply(req, dns.RcodeBadVers), start) // RFC 6891 §6.1.3
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -86,14 +133,16 @@ func (t *tcpServer) write(r *Resolver, w dns.ResponseWriter, req, reply *dns.Msg
 	t.shard.Replied(reply.Rcode, r.now().Sub(start))
 }
 
-// limitListener closes connections beyond max at once and counts them
-// (tcp-client-overflow), instead of letting them queue unseen; it keeps
-// tcp-clients current.
+// limitListener closes a connection from outside allow_from at once
+// (unauthorized-tcp, as PowerDNS checks allow-from on accept), and
+// connections beyond max (tcp-client-overflow), instead of letting them
+// queue unseen; it keeps tcp-clients current.
 type limitListener struct {
 	net.Listener
-	max   int64
-	open  atomic.Int64
-	shard *stats.Shard
+	max     int64
+	open    atomic.Int64
+	shard   *stats.Shard
+	allowed func(netip.Addr) bool
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
@@ -101,6 +150,11 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		c, err := l.Listener.Accept()
 		if err != nil {
 			return nil, err
+		}
+		if a, ok := c.RemoteAddr().(*net.TCPAddr); ok && !l.allowed(a.AddrPort().Addr().Unmap()) {
+			l.shard.Inc(stats.UnauthorizedTCP)
+			_ = c.Close()
+			continue
 		}
 		if l.open.Add(1) > l.max {
 			l.open.Add(-1)

@@ -53,9 +53,10 @@ func (s *udpSocket) serve(r *Resolver) {
 			continue
 		}
 		if err := q.Parse(buf[:n]); err != nil {
-			s.shard.Inc(stats.ClientParseErrors)
 			var pe dnswire.ParseError
-			if errors.As(err, &pe) && !pe.Drop() {
+			errors.As(err, &pe)
+			countParseError(s.shard, pe)
+			if pe != 0 && !pe.Drop() {
 				out = dnswire.AppendError(out[:0], &q, pe.Rcode(), ourUDPSize)
 				_, _ = s.conn.WriteToUDPAddrPort(out, from)
 			}
@@ -65,6 +66,14 @@ func (s *udpSocket) serve(r *Resolver) {
 		s.shard.Question(false, client.Is6())
 		if q.EDNS.DO {
 			s.shard.Inc(stats.DNSSECQueries)
+		}
+		if q.BadVersion() {
+			// RFC 6891 §6.1.3, before the packet cache: its key has no
+			// EDNS version.
+			out = dnswire.AppendError(out[:0], &q, dnswire.RcodeBadVers, ourUDPSize)
+			_, _ = s.conn.WriteToUDPAddrPort(out, from)
+			s.shard.Replied(dnswire.RcodeBadVers, r.now().Sub(now))
+			continue
 		}
 		v := r.engine.View()
 		p, _, _ := r.engine.PolicyFor(&v, client)
@@ -127,6 +136,18 @@ func (s *udpSocket) slowPath(r *Resolver, pkt []byte, from netip.AddrPort, clien
 	}
 	_, _ = s.conn.WriteToUDPAddrPort(wire, from)
 	s.shard.Replied(reply.Rcode, r.now().Sub(start))
+}
+
+// countParseError counts a packet dnswire refused as PowerDNS does: a
+// response or an opcode other than QUERY is not a query at all
+// (ignored-packets), anything else a query that does not parse
+// (client-parse-errors).
+func countParseError(sh *stats.Shard, pe dnswire.ParseError) {
+	if pe == dnswire.ErrNotQuery || pe == dnswire.ErrOpcode {
+		sh.Inc(stats.IgnoredPackets)
+		return
+	}
+	sh.Inc(stats.ClientParseErrors)
 }
 
 // cacheable says whether a reply may be replayed to the policy class:
