@@ -2,37 +2,68 @@ package resolver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"syscall"
 )
 
+// portAttempts bounds the retries of a kernel-chosen port (dns.listen with
+// port 0, as tests use): the UDP port the kernel picks may be taken for
+// TCP by another process.
+const portAttempts = 20
+
 // listen binds every address of dns.listen: UDPSockets SO_REUSEPORT UDP
-// sockets (the first picks the port when the config says 0) and one TCP
-// listener on the same port.
+// sockets and one TCP listener on the same port.
 func (r *Resolver) listen() error {
 	slow := make(chan struct{}, maxSlowInFlight)
 	for _, ap := range r.cfg.Listen {
-		port := ap.Port()
-		for i := range r.cfg.UDPSockets {
-			lc := net.ListenConfig{Control: reusePort}
-			pc, err := lc.ListenPacket(context.Background(), "udp", netip.AddrPortFrom(ap.Addr(), port).String())
-			if err != nil {
-				return fmt.Errorf("dns.listen %s (udp socket %d): %w", ap, i+1, err)
+		var err error
+		for range portAttempts {
+			if err = r.listenOn(ap, slow); err == nil || ap.Port() != 0 || !errors.Is(err, syscall.EADDRINUSE) {
+				break
 			}
-			conn := pc.(*net.UDPConn)
-			bound := conn.LocalAddr().(*net.UDPAddr).AddrPort()
-			port = bound.Port()
-			r.udp = append(r.udp, &udpSocket{conn: conn, addr: netip.AddrPortFrom(ap.Addr(), port),
-				reader: r.packets.NewReader(), shard: r.stats.Shard(uint(r.shardSeq.Add(1))), slow: slow})
 		}
-		ln, err := net.Listen("tcp", netip.AddrPortFrom(ap.Addr(), port).String())
 		if err != nil {
-			return fmt.Errorf("dns.listen %s (tcp): %w", ap, err)
+			return err
 		}
-		shard := r.stats.Shard(uint(r.shardSeq.Add(1)))
-		r.tcp = append(r.tcp, newTCPServer(r, netip.AddrPortFrom(ap.Addr(), port),
-			&limitListener{Listener: ln, max: int64(r.cfg.TCPMaxConnections), shard: shard, allowed: r.allowed}, shard))
 	}
+	return nil
+}
+
+// listenOn binds one address. UDP comes first: with port 0 the kernel then
+// picks a port no UDP socket uses, so the SO_REUSEPORT sockets that follow
+// join only our own group (binding TCP first could land the UDP sockets in
+// another process's group, which would receive part of our queries). On
+// an error everything bound here is closed again.
+func (r *Resolver) listenOn(ap netip.AddrPort, slow chan struct{}) error {
+	port := ap.Port()
+	var socks []*udpSocket
+	fail := func(err error) error {
+		for _, s := range socks {
+			s.close()
+		}
+		return err
+	}
+	for i := range r.cfg.UDPSockets {
+		lc := net.ListenConfig{Control: reusePort}
+		pc, err := lc.ListenPacket(context.Background(), "udp", netip.AddrPortFrom(ap.Addr(), port).String())
+		if err != nil {
+			return fail(fmt.Errorf("dns.listen %s (udp socket %d): %w", ap, i+1, err))
+		}
+		conn := pc.(*net.UDPConn)
+		port = conn.LocalAddr().(*net.UDPAddr).AddrPort().Port()
+		socks = append(socks, &udpSocket{conn: conn, addr: netip.AddrPortFrom(ap.Addr(), port),
+			reader: r.packets.NewReader(), shard: r.stats.Shard(uint(r.shardSeq.Add(1))), slow: slow})
+	}
+	ln, err := net.Listen("tcp", netip.AddrPortFrom(ap.Addr(), port).String())
+	if err != nil {
+		return fail(fmt.Errorf("dns.listen %s (tcp port %d): %w", ap, port, err))
+	}
+	r.udp = append(r.udp, socks...)
+	shard := r.stats.Shard(uint(r.shardSeq.Add(1)))
+	r.tcp = append(r.tcp, newTCPServer(r, netip.AddrPortFrom(ap.Addr(), port),
+		&limitListener{Listener: ln, max: int64(r.cfg.TCPMaxConnections), shard: shard, allowed: r.allowed}, shard))
 	return nil
 }
