@@ -42,9 +42,25 @@ type fakeForwarder struct {
 // startFake starts a fake forwarder on host ("127.0.0.1" or "::1").
 func startFake(t testing.TB, host string, respond func(q *dns.Msg, raw []byte) [][]byte) *fakeForwarder {
 	t.Helper()
-	conn, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr(host), 0)))
-	if err != nil {
-		t.Fatalf("listen udp on %s: %v", host, err)
+	var conn *net.UDPConn
+	for attempt := 0; ; attempt++ {
+		var err error
+		conn, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr(host), 0)))
+		if err != nil {
+			t.Fatalf("listen udp on %s: %v", host, err)
+		}
+		// serveTCP binds the same port for TCP later: take a port whose
+		// TCP twin is free now, so that it does not flake with "address
+		// already in use".
+		ln, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(conn.LocalAddr().(*net.UDPAddr).AddrPort()))
+		if err == nil {
+			ln.Close()
+			break
+		}
+		conn.Close()
+		if attempt == 20 {
+			t.Fatalf("no port free for both UDP and TCP on %s: %v", host, err)
+		}
 	}
 	f := &fakeForwarder{t: t, conn: conn, addr: conn.LocalAddr().(*net.UDPAddr).AddrPort(), respondUDP: respond}
 	f.wg.Add(1)
