@@ -3,14 +3,35 @@ package policy
 import (
 	"hash/maphash"
 	"sync"
+
+	"github.com/svc-pf/svc-pf/internal/settings"
 )
 
-// Cache holds compiled policies by session id, each under the settings
-// version it was compiled at (docs/settings-readmodel.md "Versions and the
-// policy cache"): Get hits only for the same version, so an entry of an
-// older version is never used again and is replaced by the next Put. It is
-// bounded: a shard at its bound drops an arbitrary entry to make room.
-// Safe for concurrent use; Get does not allocate.
+// Key identifies a compiled policy by the documents merged into it: the
+// layers that have a document, least specific first (settings.Stack's
+// AppendLayers), as document pointers. Documents are immutable once
+// parsed and a changed document is a new pointer, so equal keys merge to
+// equal policies, and a key never needs a version: every session whose
+// layers are the same documents (all of an organisation's subscribers
+// without documents of their own, say) shares one compiled policy. A
+// cache keyed by session would compile it once per session instead, and
+// miss on every new subscriber.
+type Key [settings.MaxLayers]*settings.Document
+
+// KeyOf returns the key of layers (at most settings.MaxLayers of them).
+func KeyOf(layers []settings.Layer) (k Key) {
+	for i, l := range layers {
+		if i == len(k) {
+			break
+		}
+		k[i] = l.Doc
+	}
+	return k
+}
+
+// Cache holds compiled policies by Key. It is bounded: a shard at its
+// bound drops an arbitrary entry to make room. Safe for concurrent use;
+// Get does not allocate.
 type Cache struct {
 	seed   maphash.Seed
 	shards [cacheShards]cacheShard
@@ -21,12 +42,7 @@ const cacheShards = 64
 
 type cacheShard struct {
 	mu sync.RWMutex
-	m  map[string]cacheEntry
-}
-
-type cacheEntry struct {
-	version uint64
-	p       *Policy
+	m  map[Key]*Policy
 }
 
 // NewCache returns a cache holding about size policies (at least one per
@@ -34,47 +50,36 @@ type cacheEntry struct {
 func NewCache(size int) *Cache {
 	c := &Cache{seed: maphash.MakeSeed(), per: max(1, (size+cacheShards-1)/cacheShards)}
 	for i := range c.shards {
-		c.shards[i].m = make(map[string]cacheEntry)
+		c.shards[i].m = make(map[Key]*Policy)
 	}
 	return c
 }
 
-func (c *Cache) shard(id string) *cacheShard {
-	return &c.shards[maphash.String(c.seed, id)%cacheShards]
+func (c *Cache) shard(k *Key) *cacheShard {
+	return &c.shards[maphash.Comparable(c.seed, *k)%cacheShards]
 }
 
-// Get returns the policy of session id compiled at settings version v.
-func (c *Cache) Get(id string, v uint64) (*Policy, bool) {
-	s := c.shard(id)
+// Get returns the policy compiled from the documents of k.
+func (c *Cache) Get(k *Key) (*Policy, bool) {
+	s := c.shard(k)
 	s.mu.RLock()
-	e, ok := s.m[id]
+	p, ok := s.m[*k]
 	s.mu.RUnlock()
-	if !ok || e.version != v {
-		return nil, false
-	}
-	return e.p, true
+	return p, ok
 }
 
-// Put stores the policy of session id compiled at settings version v.
-func (c *Cache) Put(id string, v uint64, p *Policy) {
-	s := c.shard(id)
+// Put stores the policy compiled from the documents of k.
+func (c *Cache) Put(k *Key, p *Policy) {
+	s := c.shard(k)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.m[id]; !ok && len(s.m) >= c.per {
-		for k := range s.m { // an arbitrary entry
-			delete(s.m, k)
+	if _, ok := s.m[*k]; !ok && len(s.m) >= c.per {
+		for old := range s.m { // an arbitrary entry
+			delete(s.m, old)
 			break
 		}
 	}
-	s.m[id] = cacheEntry{version: v, p: p}
-}
-
-// Delete drops the policy of session id (a session that ended).
-func (c *Cache) Delete(id string) {
-	s := c.shard(id)
-	s.mu.Lock()
-	delete(s.m, id)
-	s.mu.Unlock()
+	s.m[*k] = p
 }
 
 // Len returns how many policies the cache holds.

@@ -7,8 +7,8 @@
 // Data flow: identity (readmodel/sessions: ip | username | deviceid →
 // session) → layers (settings.Stack.AppendLayers: global < org < profile <
 // location < username < deviceid) → settings.Merge → Compile, once per
-// (session id, settings version), kept in a Cache → Decide, once per query,
-// with the categories of readmodel/feeds (*feeds.Set satisfies Categories).
+// distinct set of merged documents (Key), kept in a Cache → Decide, once
+// per query, with the categories of readmodel/feeds (*feeds.Set satisfies Categories).
 // Engine runs that whole chain over a View of the node's read models:
 // Evaluate for the simulator (explained, allocating), PolicyFor and
 // DecideInto for the resolver (no allocation once cached); both reach the

@@ -26,9 +26,6 @@ type Settings interface {
 	// Stack returns the documents that can apply to a subscriber of org
 	// with attributes a; an org of "" gets the global layer alone.
 	Stack(org string, a identity.Attributes) settings.Stack
-	// Version changes whenever any document that can apply to a
-	// subscriber of org changes.
-	Version(org string) uint64
 }
 
 // View is what one decision reads: the node's three read models and its
@@ -47,8 +44,8 @@ type View struct {
 type EngineConfig struct {
 	// View returns the current view; it is called once per decision.
 	View func() View
-	// CacheSize bounds the compiled policies kept (one per session and
-	// settings version); 0 means 65 536.
+	// CacheSize bounds the compiled policies kept (one per distinct set of
+	// merged documents, Key); 0 means 65 536.
 	CacheSize int
 	// Options adjust every compilation.
 	Options Options
@@ -59,7 +56,8 @@ type EngineConfig struct {
 // Engine is the decision of DESIGN.md §6.3 with its inputs resolved: a
 // query's client (ip | username | deviceid) through the subscriber index to
 // a session, the session's settings layers merged and compiled once per
-// (session, settings version), then Decide. The simulator calls Evaluate,
+// distinct set of documents (Key: shared by every session with the same
+// layers), then Decide. The simulator calls Evaluate,
 // which explains everything; the resolver calls PolicyFor once per query
 // and DecideInto, which allocate nothing once the policy is cached. Both
 // reach the same Policy for the same client, which is what makes "what the
@@ -100,14 +98,10 @@ const (
 	ByNone     = "none"
 )
 
-// globalSession is the cache key of the policy of clients without a
-// session: the global layer alone. A session id is never empty.
-const globalSession = ""
-
 // PolicyFor returns the compiled policy of the client at addr and its
 // session (ok false: no session, the global policy). It is the resolver's
 // per-query call: a lookup in the subscriber index and, once the policy of
-// this session and settings version is cached, no allocation.
+// these documents is cached, no allocation.
 func (e *Engine) PolicyFor(v *View, addr netip.Addr) (p *Policy, s sessionindex.Entry, ok bool) {
 	if v.Sessions != nil {
 		s, ok = v.Sessions.LookupIP(addr)
@@ -116,21 +110,20 @@ func (e *Engine) PolicyFor(v *View, addr netip.Addr) (p *Policy, s sessionindex.
 }
 
 // cached returns the policy of session s (of no session when !ok),
-// compiled once per settings version.
+// compiled once per distinct set of documents (Key).
 func (e *Engine) cached(v *View, s sessionindex.Entry, ok bool) *Policy {
-	id, org, a := globalSession, "", identity.Attributes{}
+	org, a := "", identity.Attributes{}
 	if ok {
-		id, org, a = s.ID(), s.Org(), s.Identity().Attributes
+		org, a = s.Org(), s.Identity().Attributes
 	}
-	var version uint64
-	if v.Settings != nil {
-		version = v.Settings.Version(org)
-	}
-	if p, hit := e.cache.Get(id, version); hit {
+	st := stack(v, org, a)
+	var buf [settings.MaxLayers]settings.Layer // stays on the stack: only KeyOf reads it
+	k := KeyOf(st.AppendLayers(buf[:0], 0, false))
+	if p, hit := e.cache.Get(&k); hit {
 		return p
 	}
-	p := CompileWith(settings.Merge(stack(v, org, a).AppendLayers(nil, 0, false)...), e.opts)
-	e.cache.Put(id, version, p)
+	p := CompileWith(settings.Merge(st.AppendLayers(nil, 0, false)...), e.opts)
+	e.cache.Put(&k, p)
 	return p
 }
 

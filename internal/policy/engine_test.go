@@ -19,29 +19,63 @@ type fakeSettings struct {
 	global  *settings.Document
 	docs    map[string]map[settings.Scope]*settings.Document
 	version uint64
+
+	profileMaps    map[string]map[int]settings.Layer
+	profileVersion uint64
+	layers         map[string]map[settings.Scope]settings.Layer
+	layerVersion   uint64
 }
 
 func (f *fakeSettings) Version(string) uint64 { return f.version }
+
+// layer is org's layer of scope sc, its name built once per version (as
+// the real read model holds them) so that Stack does not allocate.
+func (f *fakeSettings) layer(org string, sc settings.Scope) settings.Layer {
+	if f.layerVersion != f.version || f.layers == nil {
+		f.layers, f.layerVersion = map[string]map[settings.Scope]settings.Layer{}, f.version
+	}
+	byScope := f.layers[org]
+	if byScope == nil {
+		byScope = map[settings.Scope]settings.Layer{}
+		f.layers[org] = byScope
+	}
+	l, ok := byScope[sc]
+	if !ok {
+		if d := f.docs[org][sc]; d != nil {
+			l = settings.Layer{Name: sc.Layer(org), Doc: d}
+		}
+		byScope[sc] = l
+	}
+	return l
+}
+
+// profiles are org's profile layers, built once per version (as the real
+// read model holds them) so that Stack does not allocate.
+func (f *fakeSettings) profiles(org string, layer func(settings.Scope) settings.Layer) map[int]settings.Layer {
+	if f.profileVersion != f.version || f.profileMaps == nil {
+		f.profileMaps, f.profileVersion = map[string]map[int]settings.Layer{}, f.version
+	}
+	if m, ok := f.profileMaps[org]; ok {
+		return m
+	}
+	m := map[int]settings.Layer{}
+	for sc := range f.docs[org] {
+		if sc.Kind == settings.ScopeProfile {
+			m[sc.Profile] = layer(sc)
+		}
+	}
+	f.profileMaps[org] = m
+	return m
+}
 
 func (f *fakeSettings) Stack(org string, a identity.Attributes) settings.Stack {
 	var st settings.Stack
 	if f.global != nil {
 		st.Global = settings.Layer{Name: settings.LayerGlobal, Doc: f.global}
 	}
-	docs := f.docs[org]
-	layer := func(sc settings.Scope) settings.Layer {
-		if d := docs[sc]; d != nil {
-			return settings.Layer{Name: sc.Layer(org), Doc: d}
-		}
-		return settings.Layer{}
-	}
+	layer := func(sc settings.Scope) settings.Layer { return f.layer(org, sc) }
 	st.Org = layer(settings.Scope{Kind: settings.ScopeOrg})
-	st.Profiles = map[int]settings.Layer{}
-	for sc := range docs {
-		if sc.Kind == settings.ScopeProfile {
-			st.Profiles[sc.Profile] = layer(sc)
-		}
-	}
+	st.Profiles = f.profiles(org, layer)
 	if a.Location != "" {
 		st.Location = layer(settings.Scope{Kind: settings.ScopeLocation, Value: a.Location})
 	}

@@ -408,29 +408,29 @@ func TestDecideIntoAllocs(t *testing.T) {
 
 func TestCache(t *testing.T) {
 	c := NewCache(128)
+	d1, d2 := &settings.Document{}, &settings.Document{}
 	p1, p2 := Compile(nil), Compile(nil)
-	c.Put("s1", 1, p1)
-	if p, ok := c.Get("s1", 1); !ok || p != p1 {
+	k1 := Key{d1}
+	c.Put(&k1, p1)
+	if p, ok := c.Get(&k1); !ok || p != p1 {
 		t.Fatal("miss")
 	}
-	if _, ok := c.Get("s1", 2); ok {
-		t.Fatal("hit under another version")
+	k2 := Key{d1, d2}
+	if _, ok := c.Get(&k2); ok {
+		t.Fatal("hit with other documents")
 	}
-	c.Put("s1", 2, p2)
-	if p, ok := c.Get("s1", 2); !ok || p != p2 || c.Len() != 1 {
+	c.Put(&k1, p2)
+	if p, ok := c.Get(&k1); !ok || p != p2 || c.Len() != 1 {
 		t.Fatal("replace")
 	}
-	for i := range 10_000 {
-		c.Put(strings.Repeat("x", i%50)+string(rune('a'+i%26))+time.Duration(i).String(), 1, p1)
+	for range 10_000 {
+		k := Key{&settings.Document{}}
+		c.Put(&k, p1)
 	}
 	if n := c.Len(); n > 128+cacheShards {
 		t.Errorf("cache holds %d, bound 128", n)
 	}
-	c.Delete("s1")
-	if _, ok := c.Get("s1", 2); ok {
-		t.Error("deleted entry hit")
-	}
-	if n := testing.AllocsPerRun(100, func() { c.Get("s1", 2) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { c.Get(&k2) }); n != 0 {
 		t.Errorf("Get allocates %v", n)
 	}
 }

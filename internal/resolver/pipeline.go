@@ -27,9 +27,10 @@ import (
 //     client-parse-errors, or ignored-packets for what is not a query. An
 //     EDNS version other than 0 gets BADVERS, before the packet cache.
 //  3. client → policy (policy.Engine.PolicyFor): the subscriber index finds
-//     the session by longest prefix, its compiled policy is cached per
-//     (session, settings version). This comes before the cache because the
-//     packet cache is keyed by the policy, never by the subscriber.
+//     the session by longest prefix; its compiled policy is cached by the
+//     documents of its layers, shared by every session with the same ones.
+//     This comes before the cache because the packet cache is keyed by the
+//     policy, never by the subscriber.
 //  4. packet cache (question, DO, CD, EDNS, the policy's CacheKey): a hit
 //     is answered from wire bytes, id and case patched.
 //  5. debug: with dns.debug, a CHAOS TXT query answers the trace.
