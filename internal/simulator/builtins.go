@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/svc-pf/svc-pf/internal/feed"
@@ -53,6 +55,33 @@ type builtins struct {
 	clock   func() time.Time
 	region  string
 	version string
+	// docs are rendered effective documents by compiled policy: the
+	// engine shares one *settings.Effective among every session with the
+	// same layers, so rendering it once saves a JSON round trip per
+	// answer. Bounded: emptied when it holds maxDocs.
+	docs    sync.Map // *settings.Effective → map[string]any (read only)
+	docsLen atomic.Int64
+}
+
+// maxDocs bounds builtins.docs.
+const maxDocs = 4096
+
+// document renders e once; request settings or an explicit profile make a
+// document of one request, rendered without keeping it.
+func (b *builtins) document(e *settings.Effective, oneOff bool) map[string]any {
+	if e == nil || oneOff {
+		return documentMap(e)
+	}
+	if m, ok := b.docs.Load(e); ok {
+		return m.(map[string]any)
+	}
+	m := documentMap(e)
+	if b.docsLen.Add(1) > maxDocs {
+		b.docs.Clear()
+		b.docsLen.Store(1)
+	}
+	b.docs.Store(e, m)
+	return m
 }
 
 // module is the svcpf module: each entry function's built-in.
@@ -133,7 +162,7 @@ func (b *builtins) simulateUser(r *Request) map[string]any {
 	body := map[string]any{
 		"domain": r.Domain, "verdict": string(res.Verdict), "action": string(res.Action),
 		"reason": string(res.Reason), "rule": res.Rule(), "identity": id,
-		"categories": categories(res.Categories), "settings": documentMap(res.Effective),
+		"categories": categories(res.Categories), "settings": b.document(res.Effective, r.Settings != nil || r.HasProfile),
 		"layers": stringsAny(res.Layers), "answer": answer(&res), "trace": trace,
 		"fingerprint": res.Fingerprint,
 	}
