@@ -30,7 +30,10 @@ type Settings interface {
 
 // View is what one decision reads: the node's three read models and its
 // RPZ zones, each taken once (an atomic load of its current snapshot) so
-// that a decision never mixes two states of one model. A nil member is
+// that a decision never mixes two states of one model. Each member is an
+// immutable snapshot: a change is published as a new value, which is what
+// lets a caller remember a result for as long as the snapshot is the same
+// (the resolver's per-socket policy memo). A nil member is
 // absent: no sessions (every client gets the global layer), no settings
 // (defaults), no feeds, no RPZ.
 type View struct {

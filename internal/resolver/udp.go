@@ -39,6 +39,7 @@ func (s *udpSocket) serve(r *Resolver) {
 	out := make([]byte, 0, 65535)
 	var q dnswire.Query
 	var key cache.PacketKey
+	memo := newPolicyMemo()
 	for {
 		n, from, err := s.conn.ReadFromUDPAddrPort(buf)
 		if err != nil {
@@ -76,7 +77,7 @@ func (s *udpSocket) serve(r *Resolver) {
 			continue
 		}
 		v := r.engine.View()
-		p, _, _ := r.engine.PolicyFor(&v, client)
+		p := memo.policy(r.engine, &v, client)
 		keyed := key.SetQuery(&q, p.CacheKey())
 		if keyed {
 			if ans, ok := s.reader.Get(&key, q.RawName(), now, out[:0]); ok && len(ans) <= q.EDNS.MaxUDP() {
