@@ -387,6 +387,14 @@ func TestRPZAndMetrics(t *testing.T) {
 		t.Errorf("trace %v metrics %v", d.Trace, m)
 	}
 	NopMetrics{}.Decided(VerdictAllow, ReasonDefault)
+
+	// Over TCP a tcp-only rule does not apply: the later steps decide (here
+	// the blocklist), as PowerDNS resolves such a query normally.
+	d = Decide(Input{Domain: "rpz.example", RPZ: fakeRPZ{}, TCP: true}, p, nil)
+	check(t, d, want{VerdictBlock, ActionNXDomain, ReasonBlocklist, "blocklist:rpz.example"})
+	if d.Trace[2] != (TraceEntry{ReasonRPZ, ResultTCPOnly}) {
+		t.Errorf("trace %v", d.Trace)
+	}
 }
 
 func TestDecideIntoAllocs(t *testing.T) {

@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# The simulator's performance target (issue 9): simulate over HTTP with 2 Lua
+# workers, 1 000 000 sessions and a 1 000 000-domain feed loaded: ≥ 10 000
+# requests/s, p99 ≤ 5 ms. docs/performance.md "simulator (issue 9)" has the
+# figures and what they mean.
+#
+# What it does (everything in a temporary directory, removed at the end):
+#  1. builds the harness bench/simulator (a Go program, not part of svc-pf);
+#  2. `simulator gen`: a feed directory built with feedbuild from the real
+#     lists in ../shared/data/feeds (read in place, never copied) plus
+#     synthetic domains up to 1 000 000 keys, and two files of 200 000
+#     request paths: "uniform" (clients over all sessions: the engine's
+#     policy cache, 65 536 entries, mostly misses and compiles) and "hot"
+#     (clients among 10 000 sessions: the cache hits). Each path is
+#     GET /api/v1/simulate with ip (85 %), username (10 %) or deviceid (5 %)
+#     and a name that is a feed entry (40 %), a real list's entry (15 %) or in
+#     no feed (45 %);
+#  3. `simulator serve`: 1 000 000 sessions (10.x.y.z/32, 1 000 orgs, with
+#     usernames, device ids and locations) in a sessionindex.Index; 131 001
+#     settings documents (global, org, profile, location, username, deviceid)
+#     in the "settings" bucket of an embedded NATS server, followed by the real
+#     settings read model; a feeds.Client of the feed directory; the simulator
+#     wired as internal/app/simulator.go wires it (embedded default entry
+#     file, WORKERS Lua workers, api_keys [bench-key]);
+#  4. for each request file: a 5 s warm-up, then wrk for SECONDS with
+#     CONNECTIONS connections on THREADS threads, picking a random path per
+#     request (bench/simulator/wrk.lua); prints requests/s, p50/p90/p99,
+#     errors, the CPU seconds the server, wrk and the rest of the machine used
+#     during the run, the load average and the server's RSS.
+# wrk and the server share this machine's cores (and any other job's): the
+# CPU line says how they split.
+#
+# Usage: bench/simulator.sh [SECONDS=30] [CONNECTIONS=64]
+#   env: THREADS=2 WORKERS=2 SESSIONS=1000000 FEED_KEYS=1000000
+#        RUNS="uniform hot info"  which runs, in order ("info": GET /api/v1/info,
+#                    no Lua: the HTTP stack alone, for comparison)
+#        MICRO=1     also print the in-process cost of each layer of one simulate
+#                    (engine, Lua round trip, JSON) before the load
+#        PROFILE=1   take a CPU profile (/debug/pprof/profile) during each run and
+#                    print its top functions (go tool pprof -top)
+#        GOGC=…      passed to the server (Go's GC target; default 100)
+#        KEEP=1      keep the work directory (its path is printed)
+# Needs: go, wrk (apt-get install -y wrk), curl.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=${1:-30}
+conns=${2:-64}
+threads=${THREADS:-2}
+workers=${WORKERS:-2}
+sessions=${SESSIONS:-1000000}
+feed_keys=${FEED_KEYS:-1000000}
+runs=${RUNS:-uniform hot info}
+lists=$(cd ../shared/data/feeds 2>/dev/null && pwd) || { echo "the real lists are missing: want ../shared/data/feeds beside the repository" >&2; exit 1; }
+command -v wrk >/dev/null || { echo "wrk is missing: apt-get install -y wrk" >&2; exit 1; }
+work=$(mktemp -d)
+server=""
+cleanup() {
+	if [ -n "$server" ] && kill -0 "$server" 2>/dev/null; then
+		kill "$server"
+		wait "$server" 2>/dev/null || true
+	fi
+	if [ "${KEEP:-}" = 1 ]; then echo "work directory kept: $work"; else rm -rf "$work"; fi
+}
+trap cleanup EXIT
+
+tck=$(getconf CLK_TCK)
+cpu_of() { # CPU seconds (user+system) of process $1 so far
+	awk -v t="$tck" '{ printf "%.2f", ($14 + $15) / t }' "/proc/$1/stat"
+}
+machine_busy() { # busy CPU seconds of the whole machine so far
+	awk -v t="$tck" '/^cpu / { printf "%.2f", ($2 + $3 + $4 + $7 + $8 + $9) / t }' /proc/stat
+}
+vm() { awk -v f="$2:" '$1 == f { printf "%d MB", $2 / 1024 }' "/proc/$1/status"; }
+
+echo "== $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), load $(cut -d' ' -f1-3 /proc/loadavg), $(go version | cut -d' ' -f3)"
+go build -o "$work/simulator" ./bench/simulator
+echo "== generating: feed of $feed_keys keys, request paths"
+"$work/simulator" gen -work "$work" -lists "$lists" -feed-keys "$feed_keys" -sessions "$sessions" 2>&1 | sed 's/^/   /'
+
+echo "== starting the simulator: $sessions sessions, $workers Lua workers"
+micro=()
+[ "${MICRO:-}" = 1 ] && micro=(-micro)
+"$work/simulator" serve -work "$work" -sessions "$sessions" -workers "$workers" "${micro[@]}" \
+	> "$work/serve.out" 2> "$work/serve.log" &
+server=$!
+addr=""
+for _ in $(seq 1 600); do
+	addr=$(sed -n 's/^READY //p' "$work/serve.out")
+	[ -n "$addr" ] && break
+	kill -0 "$server" 2>/dev/null || { cat "$work/serve.log" >&2; exit 1; }
+	sleep 0.5
+done
+[ -n "$addr" ] || { echo "the simulator did not start" >&2; cat "$work/serve.log" >&2; exit 1; }
+grep -E 'sessions indexed|settings loaded|feed loaded|read models loaded' "$work/serve.log" | sed 's/^[^ ]* level=INFO /   /'
+grep '^MICRO' "$work/serve.out" | sed 's/^/   /' || true
+base="http://$addr"
+curl -sf "$base/api/v1/info" | sed 's/^/   info: /'
+echo
+echo "   one answer: $(curl -sf -H 'X-API-Key: bench-key' "$base$(sed -n 1p "$work/paths-hot.txt")" | head -c 300)…"
+
+echo /api/v1/info > "$work/paths-info.txt"
+for run in $runs; do
+	paths="$work/paths-$run.txt"
+	if [ "$run" = info ]; then
+		echo "== info (the HTTP stack without Lua, for comparison): wrk -t$threads -c$conns -d${seconds}s, GET /api/v1/info"
+	else
+		echo "== $run: wrk -t$threads -c$conns -d${seconds}s (after a 5 s warm-up), GET /api/v1/simulate, random paths of $(basename "$paths")"
+	fi
+	wrk -t"$threads" -c"$conns" -d5s -s bench/simulator/wrk.lua "$base" -- "$paths" > /dev/null
+	load0=$(cut -d' ' -f1 /proc/loadavg)
+	s0=$(cpu_of "$server")
+	m0=$(machine_busy)
+	prof=""
+	if [ "${PROFILE:-}" = 1 ]; then
+		prof="$work/cpu-$run.prof"
+		psecs=$((seconds > 10 ? seconds - 5 : seconds))
+		curl -sf -o "$prof" "$base/debug/pprof/profile?seconds=$psecs" &
+		profiler=$!
+		curl -sf -o "$prof.allocs" "$base/debug/pprof/allocs?seconds=$psecs" &
+		profiler2=$!
+	fi
+	/usr/bin/time -f '%U %S' -o "$work/wrk.time" \
+		wrk -t"$threads" -c"$conns" -d"${seconds}s" -s bench/simulator/wrk.lua "$base" -- "$paths" > "$work/wrk.out"
+	s1=$(cpu_of "$server")
+	m1=$(machine_busy)
+	load1=$(cut -d' ' -f1-3 /proc/loadavg)
+	w=$(awk '{ printf "%.2f", $1 + $2 }' "$work/wrk.time")
+	sed -n 's/^RESULT /   /p' "$work/wrk.out"
+	awk -v s0="$s0" -v s1="$s1" -v m0="$m0" -v m1="$m1" -v w="$w" -v d="$seconds" -v c="$(nproc)" 'BEGIN {
+		srv = s1 - s0; all = m1 - m0; other = all - srv - w; if (other < 0) other = 0
+		idle = c * d - all; if (idle < 0) idle = 0
+		printf "   CPU over the run (%d cores × %d s = %d core-s): server %.1f, wrk %.1f, everything else %.1f, idle %.1f\n",
+			c, d, c * d, srv, w, other, idle
+	}'
+	echo "   load average: $load0 before, $load1 after; server RSS $(vm "$server" VmRSS) (peak $(vm "$server" VmHWM))"
+	grep 'msg=runtime' "$work/serve.log" | tail -n 1 | sed 's/^.*msg=runtime /   server, last 10 s: /'
+	if [ -n "$prof" ]; then
+		wait "$profiler" "$profiler2" || true
+		echo "   CPU profile of the server (go tool pprof -top):"
+		go tool pprof -top -nodecount 25 "$work/simulator" "$prof" 2>/dev/null | sed -n '4,40p' | sed 's/^/     /'
+		echo "   by cumulative time:"
+		go tool pprof -top -cum -nodecount 40 "$work/simulator" "$prof" 2>/dev/null | sed -n '6,50p' | sed 's/^/     /'
+		echo "   bytes allocated over the profile (go tool pprof -top -sample_index=alloc_space -cum):"
+		go tool pprof -top -cum -sample_index=alloc_space -nodecount 25 "$work/simulator" "$prof.allocs" 2>/dev/null | sed -n '4,35p' | sed 's/^/     /'
+	fi
+done
