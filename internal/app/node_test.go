@@ -18,15 +18,7 @@ import (
 // node's /health says ready only then, its /metrics carries the feed's
 // version, and a lookup finds a listed name with the list's code.
 func TestAllFollowsAFeed(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "badware")
-	src, err := feedbuild.ParseSource("adblock:3:" + filepath.Join("..", "..", "..", "shared", "data", "feeds", "badware.min.txt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := feedbuild.Build(context.Background(), feedbuild.BuildConfig{Dir: dir, Name: "badware",
-		Titles: map[uint16]string{3: "badware"}, Sources: []feedbuild.Source{src}}); err != nil {
-		t.Fatalf("building the feed from ../shared/data/feeds (CI has ../shared beside the repository): %v", err)
-	}
+	dir := badwareFeed(t)
 	cfg := testAllConfig(t)
 	cfg.Feeds = []feeds.FeedConfig{{Name: "badware", URL: dir, PollInterval: 100 * time.Millisecond}}
 	all := startAll(t, cfg)
@@ -60,4 +52,20 @@ func TestAllFollowsAFeed(t *testing.T) {
 	if len(cats) != 1 || cats[0].Code != 3 || cats[0].Title != "badware" || cats[0].Key() != "7zip.es" {
 		t.Fatalf("lookup: %+v", cats)
 	}
+}
+
+// badwareFeed builds a feed directory from a real list (uBlock badware,
+// read in place from ../shared/data/feeds): code 3, title "badware".
+func badwareFeed(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "badware")
+	src, err := feedbuild.ParseSource("adblock:3:" + filepath.Join("..", "..", "..", "shared", "data", "feeds", "badware.min.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := feedbuild.Build(context.Background(), feedbuild.BuildConfig{Dir: dir, Name: "badware",
+		Titles: map[uint16]string{3: "badware"}, Sources: []feedbuild.Source{src}}); err != nil {
+		t.Fatalf("building the feed from ../shared/data/feeds (CI has ../shared beside the repository): %v", err)
+	}
+	return dir
 }

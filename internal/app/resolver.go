@@ -11,11 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/svc-pf/svc-pf/internal/httpapi"
-	"github.com/svc-pf/svc-pf/internal/natsbus"
 	"github.com/svc-pf/svc-pf/internal/policy"
 	"github.com/svc-pf/svc-pf/internal/readmodel/feeds"
 	"github.com/svc-pf/svc-pf/internal/resolver"
@@ -199,18 +197,12 @@ func RunResolver(ctx context.Context, cfg ResolverConfig, v Version, log *slog.L
 	if _, err := cfg.parse(); err != nil {
 		return err
 	}
-	url := cfg.NATS.URL
-	if url == "" {
-		url = os.Getenv("NATS_URL")
+	nc, err := connectNode(cfg.NATS, "svc-pf resolver", log)
+	if err != nil {
+		return err
 	}
-	var nc *nats.Conn
-	if url != "" {
-		var err error
-		if nc, err = natsbus.Connect(url, "svc-pf resolver", log, true); err != nil {
-			return err
-		}
+	if nc != nil {
 		defer nc.Close()
-		log.Info("NATS enabled", "url", redactURL(url))
 	}
 	reg := newRegistry()
 	models, err := newReadModels(nodeKeys{Feeds: cfg.Feeds, RPZ: cfg.RPZ}, nc, reg, log)

@@ -2,7 +2,6 @@ package app
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,7 +17,6 @@ import (
 
 	"github.com/miekg/dns"
 
-	"github.com/svc-pf/svc-pf/internal/feedbuild"
 	"github.com/svc-pf/svc-pf/internal/readmodel/feeds"
 	"github.com/svc-pf/svc-pf/internal/rpz"
 )
@@ -132,15 +130,7 @@ func (p *platformNode) simulate(q url.Values) map[string]any {
 }
 
 func startPlatformNode(t *testing.T, rpzFile string) *platformNode {
-	dir := filepath.Join(t.TempDir(), "badware")
-	src, err := feedbuild.ParseSource("adblock:3:" + filepath.Join("..", "..", "..", "shared", "data", "feeds", "badware.min.txt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := feedbuild.Build(context.Background(), feedbuild.BuildConfig{Dir: dir, Name: "badware",
-		Titles: map[uint16]string{3: "badware"}, Sources: []feedbuild.Source{src}}); err != nil {
-		t.Fatalf("building the feed from ../shared/data/feeds (CI has ../shared beside the repository): %v", err)
-	}
+	dir := badwareFeed(t)
 	cfg := testAllConfig(t)
 	cfg.Feeds = []feeds.FeedConfig{{Name: "badware", URL: dir, PollInterval: 100 * time.Millisecond}}
 	if rpzFile != "" {

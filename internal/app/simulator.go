@@ -161,18 +161,12 @@ func RunSimulator(ctx context.Context, cfg SimulatorConfig, v Version, log *slog
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	url := cfg.NATS.URL
-	if url == "" {
-		url = os.Getenv("NATS_URL")
+	nc, err := connectNode(cfg.NATS, "svc-pf simulator", log)
+	if err != nil {
+		return err
 	}
-	var nc *nats.Conn
-	if url != "" {
-		var err error
-		if nc, err = natsbus.Connect(url, "svc-pf simulator", log, true); err != nil {
-			return err
-		}
+	if nc != nil {
 		defer nc.Close()
-		log.Info("NATS enabled", "url", redactURL(url))
 	}
 	reg := newRegistry()
 	models, err := newReadModels(nodeKeys{Feeds: cfg.Feeds, RPZ: cfg.RPZ}, nc, reg, log)
@@ -197,6 +191,25 @@ func RunSimulator(ctx context.Context, cfg SimulatorConfig, v Version, log *slog
 		log.Info("svc-pf simulator stopped")
 	}
 	return err
+}
+
+// connectNode connects a standalone node service to NATS when nats.url or
+// NATS_URL names a server (nil, nil when neither does), logging the line
+// spec 2 names: "NATS enabled".
+func connectNode(c NATSConfig, name string, log *slog.Logger) (*nats.Conn, error) {
+	url := c.URL
+	if url == "" {
+		url = os.Getenv("NATS_URL")
+	}
+	if url == "" {
+		return nil, nil
+	}
+	nc, err := natsbus.Connect(url, name, log, true)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("NATS enabled", "url", redactURL(url))
+	return nc, nil
 }
 
 // testSampleDomain is the fixed domain of --test-and-exit.

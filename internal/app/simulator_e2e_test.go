@@ -2,16 +2,13 @@ package app
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/url"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/svc-pf/svc-pf/internal/feedbuild"
 	"github.com/svc-pf/svc-pf/internal/readmodel/feeds"
 )
 
@@ -20,15 +17,7 @@ import (
 // feed built from a real list (uBlock badware) — and the simulator says
 // alice is blocked, with the reason, while her neighbour is not.
 func TestReadmeSimulatorSession(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "badware")
-	src, err := feedbuild.ParseSource("adblock:3:" + filepath.Join("..", "..", "..", "shared", "data", "feeds", "badware.min.txt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := feedbuild.Build(context.Background(), feedbuild.BuildConfig{Dir: dir, Name: "badware",
-		Titles: map[uint16]string{3: "badware"}, Sources: []feedbuild.Source{src}}); err != nil {
-		t.Fatalf("building the feed from ../shared/data/feeds (CI has ../shared beside the repository): %v", err)
-	}
+	dir := badwareFeed(t)
 	cfg := testAllConfig(t)
 	cfg.Feeds = []feeds.FeedConfig{{Name: "badware", URL: dir, PollInterval: 100 * time.Millisecond}}
 	cfg.Region = "test-region"
