@@ -19,22 +19,42 @@ import (
 // Index is one feed's domain → codes index. It is immutable: Apply returns
 // a new Index, and any number of goroutines read one without locks.
 //
-// The layout (docs/feed-index.md): names are spread by a hash over 2^bits
-// shards of about 48 names; each shard is one immutable string, a small
-// hash table of 32-byte slots that hold a name and its codes whole when
-// they fit, and the records of the names that do not (long names, path
-// entries). A lookup of a cold name waits for memory about once: the home
-// slots of the name and of its parents are read together. Apply copies
-// the shard table and rebuilds only the shards its lines hash to; the old
-// Index keeps the old shards. Code sets are interned: a slot holds a
-// small number into sets.
+// The layout (docs/feed-index.md): names are spread by a hash over at
+// most 128 shards; each shard is one immutable string, a two-choice cuckoo
+// hash table of 64-byte slots (one cache line, two 32-byte entries that
+// hold a name and its codes whole when they fit), then the records of the
+// names that do not (long names, path entries). The shard table is small
+// enough to stay in the processor's cache and the large shards are on huge
+// pages where the system has them, so a lookup of a cold name waits for
+// memory once: the two slots of the name and of each of its parents, read
+// together. The names that deltas changed since their shard was written
+// are in the overlay, one more table of the same form that shadows the
+// shards and that a lookup reads in the same wait; Apply writes a new
+// overlay, and rewrites the shards whose share of it has grown, folding
+// it in. Code sets are interned: an entry holds a small number into sets.
 type Index struct {
 	shards []string // 1<<bits shards, each empty or a blob (index_shard.go)
-	homes  []uint32 // each shard's number of home slots (index_shard.go)
+	homes  []uint32 // each shard's number of slots, | stashFlag (index_shard.go)
 	shift  uint     // 64 - bits: a hash's shard is h >> shift
+	bits   uint
 	seed   maphash.Seed
-	n      int // keys: name entries and name/path entries
-	names  int // names (records), which the shard sizing follows
+	key    nameHash // derived from seed (index_hash.go)
+	n      int      // keys: name entries and name/path entries
+	names  int      // names with an entry, in the shards or the overlay
+
+	// over is the overlay (index_apply.go): a blob of the shards' format,
+	// keyed by overlayFP, holding every name a delta changed since its
+	// shard was last written, with its entries after the change, or a
+	// tombstone when it has none left. overHomes is its homes (as a
+	// shard's), 0 when it is empty. overNames counts its names. overFilter is a
+	// bitset with a bit set for each of its names (overBit), so that a
+	// lookup reads the overlay's lines only for the few suffixes that may
+	// be in it.
+	over       string
+	overHomes  uint32
+	overNames  int
+	overFilter []uint64
+	overShift  uint
 
 	// sets[id] is an interned code set; setIDs finds a set's id. Both are
 	// shared by every Index derived by Apply and never written once
@@ -58,7 +78,8 @@ func (m Match) Key() string { return m.Name + m.Path }
 
 // Empty is an Index with no entry.
 func Empty() *Index {
-	return &Index{shards: []string{""}, homes: []uint32{0}, shift: 64, seed: maphash.MakeSeed(), setIDs: map[string]uint32{}}
+	seed := maphash.MakeSeed()
+	return &Index{shards: []string{""}, homes: []uint32{0}, shift: 64, seed: seed, key: newNameHash(seed), setIDs: map[string]uint32{}}
 }
 
 // Len is the number of keys (name and name/path entries).
@@ -74,69 +95,155 @@ func (ix *Index) Len() int { return ix.n }
 // Lookup does not allocate: Name is a suffix of name, Path and Codes point
 // into the Index.
 func (ix *Index) Lookup(name, path string) (Match, bool) {
-	// The walk is in two passes over up to lookupBatch suffixes. The first
-	// hashes each and reads its home slot, the one memory access a probe
-	// waits for; these reads do not depend on one another, so the
-	// processor has them in flight together, and the probes of a name's
-	// parents wait for memory once, not once each. The second pass
-	// searches, most specific first, in lines that have arrived.
+	// The walk is in two passes over the name's suffixes. The first hashes
+	// each from the right, extending its parent's hash, and reads the
+	// fingerprints of its two slots in its shard and in the overlay: the
+	// memory accesses a probe waits for. They do not depend on one
+	// another, so the processor has them in flight together, and the
+	// probes of a name's parents wait for memory once, not once each. The
+	// second pass searches, most specific first, in lines that have
+	// arrived.
+	var dots [maxDots]int
+	nd := findDots(name, &dots)
+	if nd > maxDots {
+		return ix.lookupDeep(name, path)
+	}
 	var probes [lookupBatch]probe
-	for from := 0; ; {
-		k, more := 0, true
+	h, end := ix.key.root, len(name)
+	for k := nd; k >= 0; k-- {
+		start := 0
+		if k > 0 {
+			start = dots[k-1] + 1
+		}
+		h = ix.key.step(h, name[start:end])
+		ix.probe(&probes[k], h, start)
+		end = start - 1
+	}
+	for k := 0; k <= nd; k++ {
+		if m, ok := ix.search(&probes[k], name, path); ok {
+			return m, true
+		}
+	}
+	return Match{}, false
+}
+
+// lookupBatch is how many suffixes a lookup probes at once: more labels
+// than that are rare (tracker hosts have four or five). maxDots is the
+// dots of a name of lookupBatch labels.
+const (
+	lookupBatch = 8
+	maxDots     = lookupBatch - 1
+)
+
+// lookupDeep is Lookup for names of more than lookupBatch labels. It walks
+// from the right, lookupBatch suffixes at a time: a match in a batch is
+// more specific than any in the batches to its right, so the last batch
+// with one has the answer.
+func (ix *Index) lookupDeep(name, path string) (Match, bool) {
+	var probes [lookupBatch]probe
+	var best Match
+	found := false
+	h, end := ix.key.root, len(name)
+	for {
+		k, start := 0, 0
 		for k < lookupBatch {
-			s := name[from:]
-			h := maphash.String(ix.seed, s)
-			p := &probes[k]
-			p.from, p.shard, p.fp = from, uint32(h>>ix.shift), fingerprint(h)
-			p.at = 0 // an empty shard: no name, as an empty slot says
-			if homes := ix.homes[p.shard]; homes > 0 {
-				p.slot = homeOf(p.fp, homes) * slotSize
-				p.at = le32(ix.shards[p.shard], p.slot)
-			}
+			start = labelStart(name, end)
+			h = ix.key.step(h, name[start:end])
+			ix.probe(&probes[k], h, start)
 			k++
-			dot := strings.IndexByte(s, '.')
-			if dot < 0 {
-				more = false
+			if start == 0 {
 				break
 			}
-			from += dot + 1
+			end = start - 1
 		}
-		for j := range k {
-			p := &probes[j]
-			if p.at == 0 || p.at > p.fp { // an empty home or a greater fingerprint: no such name
-				continue
-			}
-			blob, suffix := ix.shards[p.shard], name[p.from:]
-			o, ok := findSlot(blob, p.slot, p.fp, suffix)
-			if !ok {
-				continue
-			}
-			if blob[o+5] == slotInline {
-				return Match{Name: suffix, Codes: ix.sets[le16(blob, o+6)-1]}, true
-			}
-			r := recordReader{s: blob, i: int(le32(blob, o+8))}
-			r.str()
-			if m, ok := ix.match(blob[r.i:], suffix, path); ok {
-				return m, true
+		for j := k - 1; j >= 0; j-- {
+			if m, ok := ix.search(&probes[j], name, path); ok {
+				best, found = m, true
+				break
 			}
 		}
-		if !more {
-			return Match{}, false
+		if start == 0 {
+			return best, found
 		}
 	}
 }
 
-// lookupBatch is how many suffixes a lookup probes at once: more labels
-// than that are rare (tracker hosts have four or five).
-const lookupBatch = 8
+// probe fills p for the suffix at from, whose hash is h, and reads the
+// fingerprints of its two slots (index_shard.go) in its shard and in the
+// overlay: the answer is in their lines, which are asked for now.
+func (ix *Index) probe(p *probe, h uint64, from int) {
+	p.from, p.shard, p.fp = from, uint32(h>>ix.shift), shardFP(h, ix.bits)
+	p.fps = window{} // an empty shard: no name
+	if homes := ix.homes[p.shard]; homes > 0 {
+		first := homeOf(p.fp, homes)
+		p.slot, p.slot2 = first*slotSize, altOf(p.fp, first, homes)*slotSize
+		readWindow(ix.shards[p.shard], p.slot, p.slot2, &p.fps)
+	}
+	p.ofps, p.over = window{}, false
+	if homes := ix.overHomes; homes > 0 {
+		p.ofp = overlayFP(h)
+		if i := overBit(p.ofp, ix.overShift); ix.overFilter[i>>6]&(1<<(i&63)) != 0 {
+			p.over = true
+			first := homeOf(p.ofp, homes)
+			p.oslot, p.oslot2 = first*slotSize, altOf(p.ofp, first, homes)*slotSize
+			readWindow(ix.over, p.oslot, p.oslot2, &p.ofps)
+		}
+	}
+}
+
+// overBit is the bit of the overlay filter for the overlay fingerprint
+// fp, in a filter of 2^(32-shift) bits.
+func overBit(fp uint32, shift uint) uint32 { return fp * 0x9e3779b1 >> shift }
+
+// search looks for the entry of one probe's suffix: in the overlay, which
+// shadows the shard, else in the shard.
+func (ix *Index) search(p *probe, name, path string) (Match, bool) {
+	suffix := name[p.from:]
+	if p.over {
+		o, ok := probeSlot(ix.over, p.oslot, p.oslot2, p.ofp, &p.ofps, suffix)
+		if !ok && ix.overHomes&stashFlag != 0 {
+			b, stash := blobSlots(ix.over)
+			o, ok = findStash(ix.over, b, stash, p.ofp, suffix)
+		}
+		if ok {
+			return ix.slotMatch(ix.over, o, suffix, path)
+		}
+	}
+	homes := ix.homes[p.shard]
+	if homes == 0 {
+		return Match{}, false
+	}
+	blob := ix.shards[p.shard]
+	o, ok := probeSlot(blob, p.slot, p.slot2, p.fp, &p.fps, suffix)
+	if !ok && homes&stashFlag != 0 {
+		b, stash := blobSlots(blob)
+		o, ok = findStash(blob, b, stash, p.fp, suffix)
+	}
+	if !ok {
+		return Match{}, false
+	}
+	return ix.slotMatch(blob, o, suffix, path)
+}
+
+// slotMatch applies the §6.2 rule to the name in the slot at o of blob.
+func (ix *Index) slotMatch(blob string, o int, name, path string) (Match, bool) {
+	if blob[o+5] == slotInline {
+		return Match{Name: name, Codes: ix.sets[le16(blob, o+6)-1]}, true
+	}
+	r := recordReader{s: blob, i: int(le32(blob, o+8))}
+	r.str()
+	return ix.match(blob[r.i:], name, path)
+}
 
 // probe is one suffix of a lookup: where it starts in the name, its
-// shard, its fingerprint, its home slot and the fingerprint there. It
-// holds no pointers, so that filling it costs no write barrier.
+// shard, its fingerprints, its two slots in the shard and in the overlay
+// and the fingerprints of their entries. It holds no pointers, so
+// that filling it costs no write barrier.
 type probe struct {
-	from, slot int
-	shard      uint32
-	fp, at     uint32
+	from, slot, slot2, oslot, oslot2 int
+	shard, fp, ofp                   uint32
+	fps, ofps                        window
+	over                             bool // the overlay may have it
 }
 
 // match applies the §6.2 rule to one name's record: the longest path entry
@@ -165,30 +272,55 @@ func (ix *Index) All() iter.Seq[Match] {
 	return func(yield func(Match) bool) {
 		var e nameEntry
 		for _, blob := range ix.shards {
-			for o, end := 0, shardSlots(blob)*slotSize; o < end; o += slotSize {
+			for o, end := 0, shardSlots(blob)*slotSize; o < end; o += entrySize {
 				if le32(blob, o) == 0 {
 					continue
 				}
 				decodeSlot(blob, o, &e)
-				if e.bare != 0 && !yield(Match{Name: e.name, Codes: ix.sets[e.bare-1]}) {
-					return
-				}
-				for _, p := range e.paths {
-					if !yield(Match{Name: e.name, Path: p.path, Codes: ix.sets[p.set-1]}) {
-						return
+				if ix.overHomes > 0 {
+					// A name in the overlay is the overlay's to yield.
+					fp := overlayFP(ix.key.name(e.name))
+					if _, ok := findSlot(ix.over, homeOf(fp, ix.overHomes)*slotSize, fp, e.name); ok {
+						continue
 					}
 				}
+				if !yieldEntry(yield, ix.sets, &e) {
+					return
+				}
+			}
+		}
+		for o, end := 0, shardSlots(ix.over)*slotSize; o < end; o += entrySize {
+			if le32(ix.over, o) == 0 {
+				continue
+			}
+			decodeSlot(ix.over, o, &e)
+			if !yieldEntry(yield, ix.sets, &e) {
+				return
 			}
 		}
 	}
 }
 
+// yieldEntry yields each key of e (none for a tombstone) and reports
+// whether to go on.
+func yieldEntry(yield func(Match) bool, sets [][]uint16, e *nameEntry) bool {
+	if e.bare != 0 && !yield(Match{Name: e.name, Codes: sets[e.bare-1]}) {
+		return false
+	}
+	for _, p := range e.paths {
+		if !yield(Match{Name: e.name, Path: p.path, Codes: sets[p.set-1]}) {
+			return false
+		}
+	}
+	return true
+}
+
 // SizeBytes estimates the memory the Index holds: its shard table, the
-// shards, and the code sets (not the Go allocator's rounding, which adds a
-// few per cent). Shards shared with an older or newer Index are counted in
-// each.
+// shards, the overlay and the code sets (not the Go allocator's rounding,
+// which adds a few per cent). Shards shared with an older or newer Index
+// are counted in each.
 func (ix *Index) SizeBytes() int {
-	size := len(ix.shards) * (16 + 4)
+	size := len(ix.shards)*(16+4) + len(ix.over) + 8*len(ix.overFilter)
 	for _, blob := range ix.shards {
 		size += len(blob)
 	}

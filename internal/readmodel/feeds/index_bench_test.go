@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -24,6 +25,12 @@ import (
 //	go test -run '^$' -bench 'BenchmarkIndex$/10M' -benchtime 1s ./internal/readmodel/feeds/
 //	go test -run '^$' -bench 'BenchmarkIndexMap/10M' -benchtime 1s ./internal/readmodel/feeds/
 //	go test -run '^$' -bench 'BenchmarkIndexColdLoad/10M' -benchtime 1x ./internal/readmodel/feeds/
+//	go test -run '^$' -bench 'BenchmarkIndexVersus$/10M' -benchtime 1x ./internal/readmodel/feeds/
+//	go test -run '^$' -bench 'BenchmarkIndexVersusColdLoad/10M' -benchtime 1x ./internal/readmodel/feeds/
+//	go test -run '^$' -bench 'BenchmarkIndexSteady/10M' -benchtime 1x ./internal/readmodel/feeds/
+//
+// The Versus benchmarks measure this index and the one before it
+// (index_v1_test.go) side by side; Steady applies 60 deltas in a row.
 //
 // BenchmarkIndex builds the index once (timed and measured, reported by
 // its "build" sub-benchmark); the lookups, Apply and the machine's memory
@@ -136,6 +143,7 @@ func benchIndex(b *testing.B, n int) {
 		b.ReportMetric(float64(ix.SizeBytes())/float64(n), "estimate-bytes/entry")
 		b.ReportMetric(float64(len(ix.shards)), "shards")
 		b.ReportMetric(buildTime.Seconds(), "build-s")
+		b.ReportMetric(float64(hugeBytes())/float64(n), "huge-bytes/entry")
 	})
 
 	b.Run("dram-latency", benchDRAMLatency)
@@ -215,6 +223,8 @@ func benchIndex(b *testing.B, n int) {
 			b.StopTimer()
 			b.ReportMetric(float64(extra)/float64(indexBytes)*100, "retained-%")
 			b.ReportMetric(float64(allocated)/float64(indexBytes)*100, "allocated-%")
+			// The shards Apply rewrote (index_apply.go): none until their
+			// share of the overlay comes due.
 			b.ReportMetric(float64(touched)/float64(len(ix.shards))*100, "shards-touched-%")
 		})
 	}
@@ -408,4 +418,291 @@ func loadSnapshotFile(b *testing.B, file string, sizeHint int) *Index {
 		b.Fatal(err)
 	}
 	return bld.Index()
+}
+
+// BenchmarkIndexVersus measures this index and the one before it
+// (index_v1_test.go) side by side in one process: the same keys and
+// queries, lookups of each timed in turn, three rounds, with the machine's
+// yardstick taken before each round, so that a neighbour's load moves
+// both alike. Each figure is the median of the rounds.
+//
+//	go test -run '^$' -bench 'BenchmarkIndexVersus$/10M' -benchtime 1x ./internal/readmodel/feeds/
+func BenchmarkIndexVersus(b *testing.B) {
+	for _, size := range indexBenchSizes {
+		b.Run(size.name, func(b *testing.B) {
+			for b.Loop() {
+				benchVersus(b, size.n)
+			}
+		})
+	}
+}
+
+func benchVersus(b *testing.B, n int) {
+	const nq = 1 << 20
+	hits, misses := benchQueries(n, nq, 100), benchQueries(n, nq, 0)
+	base := liveHeap()
+	t0 := time.Now()
+	nb := NewBuilder(n)
+	for i := range n {
+		nb.Set(synthLine(i))
+	}
+	ix := nb.Index()
+	newBuild := time.Since(t0)
+	newBytes := liveHeap() - base
+	t0 = time.Now()
+	ob := v1NewBuilder(n)
+	for i := range n {
+		ob.Set(synthLine(i))
+	}
+	old := ob.Index()
+	oldBuild := time.Since(t0)
+	oldBytes := liveHeap() - base - newBytes
+
+	// Both answer alike (the property tests check the rule; this checks
+	// the benchmark's own queries).
+	for i := 0; i < nq; i += 97 {
+		for _, q := range []benchQuery{hits[i], misses[i]} {
+			m1, ok1 := ix.Lookup(q.name, q.path)
+			m2, ok2 := old.Lookup(q.name, q.path)
+			if ok1 != ok2 || m1.Key() != m2.Key() || !slices.Equal(m1.Codes, m2.Codes) {
+				b.Fatalf("%q %q: %v %v, before %v %v", q.name, q.path, m1, ok1, m2, ok2)
+			}
+		}
+	}
+
+	const rounds = 3
+	hot := benchQueries(n, 4096, 50)
+	var dram, newHit, oldHit, newMiss, oldMiss, newHot, oldHot [rounds]float64
+	for r := range rounds {
+		dram[r] = dramP50()
+		newHit[r], _, _ = percentiles(hits, 200_000, func(q *benchQuery) { ix.Lookup(q.name, q.path) })
+		oldHit[r], _, _ = percentiles(hits, 200_000, func(q *benchQuery) { old.Lookup(q.name, q.path) })
+		newMiss[r], _, _ = percentiles(misses, 200_000, func(q *benchQuery) { ix.Lookup(q.name, q.path) })
+		oldMiss[r], _, _ = percentiles(misses, 200_000, func(q *benchQuery) { old.Lookup(q.name, q.path) })
+		newHot[r], _, _ = percentiles(hot, 200_000, func(q *benchQuery) { ix.Lookup(q.name, q.path) })
+		oldHot[r], _, _ = percentiles(hot, 200_000, func(q *benchQuery) { old.Lookup(q.name, q.path) })
+	}
+	delta := benchDelta(n, 10_000)
+	var newApply, oldApply [rounds]float64
+	for r := range rounds {
+		t0 := time.Now()
+		ix.Apply(delta)
+		newApply[r] = float64(time.Since(t0).Microseconds()) / 1000
+		t0 = time.Now()
+		old.Apply(delta)
+		oldApply[r] = float64(time.Since(t0).Microseconds()) / 1000
+	}
+	med := func(x [rounds]float64) float64 { s := x[:]; slices.Sort(s); return s[rounds/2] }
+	b.ReportMetric(med(dram), "dram-p50-ns")
+	b.ReportMetric(med(newHit), "hit-p50-ns")
+	b.ReportMetric(med(oldHit), "v1-hit-p50-ns")
+	b.ReportMetric(med(newMiss), "miss-p50-ns")
+	b.ReportMetric(med(oldMiss), "v1-miss-p50-ns")
+	b.ReportMetric(med(newHot), "hot-p50-ns")
+	b.ReportMetric(med(oldHot), "v1-hot-p50-ns")
+	b.ReportMetric(float64(newBytes)/float64(n), "bytes/entry")
+	b.ReportMetric(float64(oldBytes)/float64(n), "v1-bytes/entry")
+	b.ReportMetric(newBuild.Seconds(), "build-s")
+	b.ReportMetric(oldBuild.Seconds(), "v1-build-s")
+	b.ReportMetric(med(newApply), "apply-10k-ms")
+	b.ReportMetric(med(oldApply), "v1-apply-10k-ms")
+	b.ReportMetric(float64(hugeBytes())/float64(n), "huge-bytes/entry")
+	runtime.KeepAlive(ix)
+	runtime.KeepAlive(old)
+}
+
+// dramP50 is the yardstick of benchDRAMLatency, as a number: the p50 of
+// one dependent read at a random place in 256 MB.
+func dramP50() float64 {
+	const lines = 256 << 20 / 64
+	next := make([]uint32, lines*16)
+	r := synthRand{s: 9}
+	perm := make([]uint32, lines)
+	for i := range perm {
+		perm[i] = uint32(i)
+	}
+	for i := len(perm) - 1; i > 0; i-- {
+		j := r.n(i + 1)
+		perm[i], perm[j] = perm[j], perm[i]
+	}
+	for i := range perm {
+		next[perm[i]*16] = perm[(i+1)%len(perm)] * 16
+	}
+	p := uint32(0)
+	for range 1_000_000 {
+		p = next[p]
+	}
+	d := make([]time.Duration, 200_000)
+	for i := range d {
+		t0 := time.Now()
+		p = next[p]
+		d[i] = time.Since(t0)
+	}
+	slices.Sort(d)
+	runtime.KeepAlive(p)
+	return float64(d[len(d)/2])
+}
+
+// hugeBytes is the process's memory on transparent huge pages (Linux's
+// AnonHugePages), 0 where that is not known.
+func hugeBytes() int {
+	data, err := os.ReadFile("/proc/self/smaps_rollup")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(data)) {
+		if rest, ok := strings.CutPrefix(line, "AnonHugePages:"); ok {
+			var kb int
+			fmt.Sscan(rest, &kb)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// benchDeltaRound is the round'th of a series of distinct deltas of n
+// changes shaped like benchDelta's, to a feed of keys keys: each adds new
+// keys of its own (numbered past keys and past every earlier round's).
+func benchDeltaRound(keys, n, round int) []feed.Line {
+	r := synthRand{s: uint64(4242 + 7919*round)}
+	out := make([]feed.Line, n)
+	for j := range out {
+		l := synthLine(r.n(keys))
+		switch p := r.n(100); {
+		case p < 35:
+			l.Codes = []uint16{uint16(r.n(60))}
+		case p < 65:
+			l = synthLine(keys + round*n + j)
+		case p < 85:
+			l = feed.Line{Name: l.Name, Path: l.Path, Remove: true}
+		case p < 95:
+			l.Path = fmt.Sprintf("/new/%d/%d", round, j)
+		default:
+			l = feed.Line{Name: synthBase(synthMax - 1 - j), Remove: true}
+		}
+		out[j] = l
+	}
+	return out
+}
+
+// BenchmarkIndexSteady applies 60 distinct deltas of 10 000 lines in a row
+// to one index, as a node does over days, and reports what the overlay
+// and the shard rewrites cost once they have reached their steady state:
+// the largest share of the index one Apply allocated and retained, the
+// Apply times, the memory per entry at the end, and the lookups then
+// (with the yardstick).
+//
+//	go test -run '^$' -bench 'BenchmarkIndexSteady/10M' -benchtime 1x ./internal/readmodel/feeds/
+func BenchmarkIndexSteady(b *testing.B) {
+	for _, size := range indexBenchSizes {
+		b.Run(size.name, func(b *testing.B) {
+			for b.Loop() {
+				benchSteady(b, size.n)
+			}
+		})
+	}
+}
+
+func benchSteady(b *testing.B, n int) {
+	const rounds = 60
+	const nq = 1 << 20
+	hits, misses := benchQueries(n, nq, 100), benchQueries(n, nq, 0)
+	base := liveHeap()
+	bld := NewBuilder(n)
+	for i := range n {
+		bld.Set(synthLine(i))
+	}
+	ix := bld.Index()
+	var maxAlloc, maxRetained, sumMS, maxMS float64
+	for r := range rounds {
+		delta := benchDeltaRound(n, 10_000, r)
+		size := float64(liveHeap() - base)
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		allocBefore := ms.TotalAlloc
+		t0 := time.Now()
+		next := ix.Apply(delta)
+		took := float64(time.Since(t0).Microseconds()) / 1000
+		runtime.ReadMemStats(&ms)
+		allocated := float64(ms.TotalAlloc - allocBefore)
+		retained := float64(liveHeap()-base) - size
+		runtime.KeepAlive(ix) // alive while next is measured, as a reader keeps it
+		maxAlloc = max(maxAlloc, allocated/size*100)
+		maxRetained = max(maxRetained, retained/size*100)
+		sumMS += took
+		maxMS = max(maxMS, took)
+		ix = next
+	}
+	bytes := float64(liveHeap() - base)
+	dram := dramP50()
+	hit, _, _ := percentiles(hits, 200_000, func(q *benchQuery) { ix.Lookup(q.name, q.path) })
+	miss, _, _ := percentiles(misses, 200_000, func(q *benchQuery) { ix.Lookup(q.name, q.path) })
+	b.ReportMetric(bytes/float64(ix.Len()), "bytes/entry")
+	b.ReportMetric(float64(ix.overNames)/float64(ix.names)*100, "overlay-%")
+	b.ReportMetric(maxAlloc, "max-allocated-%")
+	b.ReportMetric(maxRetained, "max-retained-%")
+	b.ReportMetric(sumMS/rounds, "apply-mean-ms")
+	b.ReportMetric(maxMS, "apply-max-ms")
+	b.ReportMetric(dram, "dram-p50-ns")
+	b.ReportMetric(hit, "hit-p50-ns")
+	b.ReportMetric(miss, "miss-p50-ns")
+	b.ReportMetric(float64(hugeBytes())/float64(ix.Len()), "huge-bytes/entry")
+	runtime.KeepAlive(ix)
+}
+
+// BenchmarkIndexVersusColdLoad is BenchmarkIndexColdLoad for this index and
+// the one before it (index_v1_test.go), in turn, twice each, from the same
+// file: the faster of each pair is reported.
+//
+//	go test -run '^$' -bench 'BenchmarkIndexVersusColdLoad/10M' -benchtime 1x ./internal/readmodel/feeds/
+func BenchmarkIndexVersusColdLoad(b *testing.B) {
+	for _, size := range indexBenchSizes {
+		b.Run(size.name, func(b *testing.B) {
+			file := filepath.Join(b.TempDir(), feed.FileName(feed.TypeSnapshot, 1))
+			writeSnapshot(b, file, size.n)
+			for b.Loop() {
+				best := [2]float64{1e9, 1e9}
+				for range 2 {
+					for v := range 2 {
+						runtime.GC()
+						t0 := time.Now()
+						n := 0
+						if v == 0 {
+							n = loadSnapshotFile(b, file, size.n).Len()
+						} else {
+							bld := v1NewBuilder(size.n)
+							readSnapshotFile(b, file, func(l feed.Line) { bld.Set(l) })
+							n = bld.Index().Len()
+						}
+						best[v] = min(best[v], time.Since(t0).Seconds())
+						if n != size.n {
+							b.Fatalf("Len %d", n)
+						}
+					}
+				}
+				b.ReportMetric(best[0], "load-s")
+				b.ReportMetric(best[1], "v1-load-s")
+			}
+		})
+	}
+}
+
+// readSnapshotFile reads the lines of a snapshot file into set.
+func readSnapshotFile(b *testing.B, file string, set func(feed.Line)) {
+	f, err := os.Open(file)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(bufio.NewReaderSize(f, 1<<20))
+	if err != nil {
+		b.Fatal(err)
+	}
+	err = feed.ReadLines(zr, false, func(l feed.Line) error {
+		set(l)
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
 }

@@ -4,34 +4,48 @@ import (
 	"cmp"
 	"hash/maphash"
 	"maps"
+	"runtime"
 	"slices"
+	"sync"
 	"unsafe"
 
 	"github.com/svc-pf/svc-pf/internal/feed"
 )
 
-// Shard sizing. A shard holds about targetPerShard names after a build;
-// Apply keeps the shards until they average maxPerShard (the index grew
-// fourfold) or the keys fall under minPerShard a shard (it shrank to a
-// tenth or less), then rebuilds the whole Index at the right size, which
-// amortises to a constant per line. The numbers are a trade-off
-// (docs/feed-index.md): a delta of d lines over S shards rebuilds about
-// 1-e^(-d/S) of them, so S must be about ten times d for a delta to copy
-// under a tenth of the index (10 000 lines over 2^18 shards: 3.7 %); each
-// shard costs 20 bytes of table, which a lookup reads and Apply copies,
-// and its allocation's rounding.
+// Shard sizing. A small index has shards of about targetPerShard names,
+// as many as that takes up to 2^maxShardBits; a large one has 2^maxShardBits
+// shards, which grow with it (78 000 names, 3.7 MB each, at 10 million).
+//
+// Few shards keep the shard table (20 bytes a shard) in the processor's
+// first-level cache, so that a lookup computes a slot's address without
+// waiting for memory: the table of 2^18 small shards this index
+// had before (5 MB) was a wait of its own before the slot's
+// (docs/feed-index.md). Apply does not copy shards any more to change a
+// few names of them (it writes them to the overlay, index_apply.go), so
+// large shards cost it nothing per line. A shard is still the unit Apply
+// rewrites to take names back from the overlay, and the unit of an
+// allocation, which stays under ~5 MB so that such a rewrite is a small
+// part of the index.
+//
+// Below 2^maxShardBits shards, Apply keeps the shards until they average
+// maxPerShard names (the index grew fourfold), or the keys fall under
+// minPerShard a shard (it shrank to a tenth or less), then rebuilds the
+// whole Index at the right size, which amortises to a constant per line.
 const (
 	targetPerShard = 48
 	maxPerShard    = 4 * targetPerShard
 	minPerShard    = 3
-	maxShardBits   = 24
+	maxShardBits   = 7
 )
 
 // shardBits is the number of shard bits for names names: the fewest that
-// keep a shard at targetPerShard names or fewer.
-func shardBits(names int) uint {
+// keep a shard at targetPerShard names or fewer, at most maxShardBits.
+func shardBits(names int) uint { return min(sizeBits(names), maxShardBits) }
+
+// sizeBits is the fewest bits b such that names ≤ targetPerShard·2^b.
+func sizeBits(names int) uint {
 	b := uint(0)
-	for b < maxShardBits && names > targetPerShard<<b {
+	for b < 24 && names > targetPerShard<<b {
 		b++
 	}
 	return b
@@ -52,6 +66,7 @@ const stageBits = 12
 // so that the build neither hashes again nor keeps a string per line.
 type builder struct {
 	seed  maphash.Seed
+	key   nameHash
 	sb    uint // staging bits: a line goes to bucket h >> (64-sb)
 	stage [][]byte
 	lines int
@@ -59,12 +74,12 @@ type builder struct {
 }
 
 func newBuilder(seed maphash.Seed, sizeHint int) *builder {
-	sb := min(stageBits, max(4, shardBits(sizeHint)))
-	return &builder{seed: seed, sb: sb, stage: make([][]byte, 1<<sb), sets: setTable{ids: map[string]uint32{}}}
+	sb := min(stageBits, max(4, sizeBits(sizeHint)))
+	return &builder{seed: seed, key: newNameHash(seed), sb: sb, stage: make([][]byte, 1<<sb), sets: setTable{ids: map[string]uint32{}}}
 }
 
 func (b *builder) set(l feed.Line) {
-	h := maphash.String(b.seed, l.Name)
+	h := b.key.name(l.Name)
 	set := uint32(0)
 	if !l.Remove {
 		set = b.sets.intern(l.Codes) + 1
@@ -81,10 +96,9 @@ func (b *builder) set(l feed.Line) {
 	b.lines++
 }
 
-// staged is one staged line in a bucket being built: its sort key (shard
-// and fingerprint, the order of a shard), its hash and where it is.
+// staged is one staged line in a bucket being built: its hash, whose
+// order is the order of (shard, fingerprint), and where it is.
 type staged struct {
-	key uint64
 	h   uint64
 	off int
 }
@@ -95,38 +109,71 @@ func (b *builder) build() *Index {
 		shards: make([]string, 1<<bits),
 		homes:  make([]uint32, 1<<bits),
 		shift:  64 - bits,
+		bits:   bits,
 		seed:   b.seed,
+		key:    b.key,
 		sets:   b.sets.sets,
 		setIDs: b.sets.ids,
 	}
-	// Fewer shards than buckets: merge buckets so that each maps to whole
-	// shards (a bucket's lines are those whose top sb hash bits are its
-	// number, and a shard's those whose top bits are its).
-	if bits < b.sb {
-		merged := make([][]byte, 1<<bits)
-		for k, buf := range b.stage {
-			merged[k>>(b.sb-bits)] = append(merged[k>>(b.sb-bits)], buf...)
-		}
-		b.stage, b.sb = merged, bits
+	// A bucket holds the lines whose top sb hash bits are its number, a
+	// shard those whose top bits are its: both are runs of the hash order,
+	// so the buckets, each sorted by hash, give the shards one after the
+	// other, a shard spanning one bucket, part of one or several. Runs of
+	// buckets that hold whole shards are built in parallel, one by
+	// processor (building the shards is a third of a cold load, 3 s at 10
+	// million names, and placing names by cuckoo hashing is most of that).
+	parts := 1
+	if b.lines >= parallelBuild {
+		parts = min(runtime.GOMAXPROCS(0), maxBuildParts)
 	}
+	per := max(1, 1<<b.sb>>bits) // buckets a shard spans, at least one
+	step := (len(b.stage)/parts + per - 1) / per * per
+	var wg sync.WaitGroup
+	counts := make([][2]int, parts)
+	for p := range parts {
+		lo, hi := min(p*step, len(b.stage)), min((p+1)*step, len(b.stage))
+		wg.Go(func() { counts[p] = b.buildRange(ix, lo, hi) })
+	}
+	wg.Wait()
+	for _, c := range counts {
+		ix.n += c[0]
+		ix.names += c[1]
+	}
+	// The huge pages each large shard shares with its neighbours
+	// (index_mem_linux.go); after the build, once every shard is written.
+	for _, blob := range ix.shards {
+		if len(blob) >= hugePageSize {
+			collapseEdges(blob)
+		}
+	}
+	return ix
+}
+
+// Parallel builds: from parallelBuild lines on, in up to maxBuildParts
+// goroutines.
+const (
+	parallelBuild = 4096
+	maxBuildParts = 4
+)
+
+// buildRange writes the shards of the buckets [lo, hi), which hold whole
+// shards, into ix, and returns the keys and the names it wrote.
+func (b *builder) buildRange(ix *Index, lo, hi int) (counts [2]int) {
 	var (
 		refs []staged
 		w    shardWriter
 		e    nameEntry
 		cur  = -1 // the shard w is writing
 	)
-	for k, buf := range b.stage {
+	for k := lo; k < hi; k++ {
+		buf := b.stage[k]
 		refs = refs[:0]
 		for off := 0; off < len(buf); {
-			h := le64(buf, off)
-			refs = append(refs, staged{key: h>>ix.shift<<32 | h&0xffffffff, h: h, off: off})
+			refs = append(refs, staged{h: le64(buf, off), off: off})
 			off = skipStaged(buf, off)
 		}
 		// Stable by position: a later line of the same key wins.
 		slices.SortFunc(refs, func(a, b staged) int {
-			if c := cmp.Compare(a.key, b.key); c != 0 {
-				return c
-			}
 			if c := cmp.Compare(a.h, b.h); c != 0 {
 				return c
 			}
@@ -143,7 +190,7 @@ func (b *builder) build() *Index {
 			for len(group) > 0 {
 				name, rest := buildName(buf, group, &e)
 				group = rest
-				ix.n += countKeys(&e)
+				counts[0] += countKeys(&e)
 				if e.empty() {
 					continue
 				}
@@ -154,8 +201,8 @@ func (b *builder) build() *Index {
 					cur = s
 				}
 				e.name = name
-				w.add(fingerprint(refs[i].h), &e)
-				ix.names++
+				w.add(shardFP(refs[i].h, ix.bits), &e)
+				counts[1]++
 			}
 			i = j
 		}
@@ -166,7 +213,7 @@ func (b *builder) build() *Index {
 	if cur >= 0 {
 		ix.setShard(cur, &w)
 	}
-	return ix
+	return counts
 }
 
 func (ix *Index) setShard(s int, w *shardWriter) {
