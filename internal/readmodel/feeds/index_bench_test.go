@@ -25,12 +25,11 @@ import (
 //	go test -run '^$' -bench 'BenchmarkIndex$/10M' -benchtime 1s ./internal/readmodel/feeds/
 //	go test -run '^$' -bench 'BenchmarkIndexMap/10M' -benchtime 1s ./internal/readmodel/feeds/
 //	go test -run '^$' -bench 'BenchmarkIndexColdLoad/10M' -benchtime 1x ./internal/readmodel/feeds/
-//	go test -run '^$' -bench 'BenchmarkIndexVersus$/10M' -benchtime 1x ./internal/readmodel/feeds/
-//	go test -run '^$' -bench 'BenchmarkIndexVersusColdLoad/10M' -benchtime 1x ./internal/readmodel/feeds/
 //	go test -run '^$' -bench 'BenchmarkIndexSteady/10M' -benchtime 1x ./internal/readmodel/feeds/
 //
-// The Versus benchmarks measure this index and the one before it
-// (index_v1_test.go) side by side; Steady applies 60 deltas in a row.
+// Steady applies 60 deltas in a row. The side-by-side figures against the
+// index before this one came from BenchmarkIndexVersus, which lived with a
+// test-only copy of the old index in commit 9a9d012 (docs/feed-index.md).
 //
 // BenchmarkIndex builds the index once (timed and measured, reported by
 // its "build" sub-benchmark); the lookups, Apply and the machine's memory
@@ -420,97 +419,6 @@ func loadSnapshotFile(b *testing.B, file string, sizeHint int) *Index {
 	return bld.Index()
 }
 
-// BenchmarkIndexVersus measures this index and the one before it
-// (index_v1_test.go) side by side in one process: the same keys and
-// queries, lookups of each timed in turn, three rounds, with the machine's
-// yardstick taken before each round, so that a neighbour's load moves
-// both alike. Each figure is the median of the rounds.
-//
-//	go test -run '^$' -bench 'BenchmarkIndexVersus$/10M' -benchtime 1x ./internal/readmodel/feeds/
-func BenchmarkIndexVersus(b *testing.B) {
-	for _, size := range indexBenchSizes {
-		b.Run(size.name, func(b *testing.B) {
-			for b.Loop() {
-				benchVersus(b, size.n)
-			}
-		})
-	}
-}
-
-func benchVersus(b *testing.B, n int) {
-	const nq = 1 << 20
-	hits, misses := benchQueries(n, nq, 100), benchQueries(n, nq, 0)
-	base := liveHeap()
-	t0 := time.Now()
-	nb := NewBuilder(n)
-	for i := range n {
-		nb.Set(synthLine(i))
-	}
-	ix := nb.Index()
-	newBuild := time.Since(t0)
-	newBytes := liveHeap() - base
-	t0 = time.Now()
-	ob := v1NewBuilder(n)
-	for i := range n {
-		ob.Set(synthLine(i))
-	}
-	old := ob.Index()
-	oldBuild := time.Since(t0)
-	oldBytes := liveHeap() - base - newBytes
-
-	// Both answer alike (the property tests check the rule; this checks
-	// the benchmark's own queries).
-	for i := 0; i < nq; i += 97 {
-		for _, q := range []benchQuery{hits[i], misses[i]} {
-			m1, ok1 := ix.Lookup(q.name, q.path)
-			m2, ok2 := old.Lookup(q.name, q.path)
-			if ok1 != ok2 || m1.Key() != m2.Key() || !slices.Equal(m1.Codes, m2.Codes) {
-				b.Fatalf("%q %q: %v %v, before %v %v", q.name, q.path, m1, ok1, m2, ok2)
-			}
-		}
-	}
-
-	const rounds = 3
-	hot := benchQueries(n, 4096, 50)
-	var dram, newHit, oldHit, newMiss, oldMiss, newHot, oldHot [rounds]float64
-	for r := range rounds {
-		dram[r] = dramP50()
-		newHit[r], _, _ = percentiles(hits, 200_000, func(q *benchQuery) { ix.Lookup(q.name, q.path) })
-		oldHit[r], _, _ = percentiles(hits, 200_000, func(q *benchQuery) { old.Lookup(q.name, q.path) })
-		newMiss[r], _, _ = percentiles(misses, 200_000, func(q *benchQuery) { ix.Lookup(q.name, q.path) })
-		oldMiss[r], _, _ = percentiles(misses, 200_000, func(q *benchQuery) { old.Lookup(q.name, q.path) })
-		newHot[r], _, _ = percentiles(hot, 200_000, func(q *benchQuery) { ix.Lookup(q.name, q.path) })
-		oldHot[r], _, _ = percentiles(hot, 200_000, func(q *benchQuery) { old.Lookup(q.name, q.path) })
-	}
-	delta := benchDelta(n, 10_000)
-	var newApply, oldApply [rounds]float64
-	for r := range rounds {
-		t0 := time.Now()
-		ix.Apply(delta)
-		newApply[r] = float64(time.Since(t0).Microseconds()) / 1000
-		t0 = time.Now()
-		old.Apply(delta)
-		oldApply[r] = float64(time.Since(t0).Microseconds()) / 1000
-	}
-	med := func(x [rounds]float64) float64 { s := x[:]; slices.Sort(s); return s[rounds/2] }
-	b.ReportMetric(med(dram), "dram-p50-ns")
-	b.ReportMetric(med(newHit), "hit-p50-ns")
-	b.ReportMetric(med(oldHit), "v1-hit-p50-ns")
-	b.ReportMetric(med(newMiss), "miss-p50-ns")
-	b.ReportMetric(med(oldMiss), "v1-miss-p50-ns")
-	b.ReportMetric(med(newHot), "hot-p50-ns")
-	b.ReportMetric(med(oldHot), "v1-hot-p50-ns")
-	b.ReportMetric(float64(newBytes)/float64(n), "bytes/entry")
-	b.ReportMetric(float64(oldBytes)/float64(n), "v1-bytes/entry")
-	b.ReportMetric(newBuild.Seconds(), "build-s")
-	b.ReportMetric(oldBuild.Seconds(), "v1-build-s")
-	b.ReportMetric(med(newApply), "apply-10k-ms")
-	b.ReportMetric(med(oldApply), "v1-apply-10k-ms")
-	b.ReportMetric(float64(hugeBytes())/float64(n), "huge-bytes/entry")
-	runtime.KeepAlive(ix)
-	runtime.KeepAlive(old)
-}
-
 // dramP50 is the yardstick of benchDRAMLatency, as a number: the p50 of
 // one dependent read at a random place in 256 MB.
 func dramP50() float64 {
@@ -648,61 +556,4 @@ func benchSteady(b *testing.B, n int) {
 	b.ReportMetric(miss, "miss-p50-ns")
 	b.ReportMetric(float64(hugeBytes())/float64(ix.Len()), "huge-bytes/entry")
 	runtime.KeepAlive(ix)
-}
-
-// BenchmarkIndexVersusColdLoad is BenchmarkIndexColdLoad for this index and
-// the one before it (index_v1_test.go), in turn, twice each, from the same
-// file: the faster of each pair is reported.
-//
-//	go test -run '^$' -bench 'BenchmarkIndexVersusColdLoad/10M' -benchtime 1x ./internal/readmodel/feeds/
-func BenchmarkIndexVersusColdLoad(b *testing.B) {
-	for _, size := range indexBenchSizes {
-		b.Run(size.name, func(b *testing.B) {
-			file := filepath.Join(b.TempDir(), feed.FileName(feed.TypeSnapshot, 1))
-			writeSnapshot(b, file, size.n)
-			for b.Loop() {
-				best := [2]float64{1e9, 1e9}
-				for range 2 {
-					for v := range 2 {
-						runtime.GC()
-						t0 := time.Now()
-						n := 0
-						if v == 0 {
-							n = loadSnapshotFile(b, file, size.n).Len()
-						} else {
-							bld := v1NewBuilder(size.n)
-							readSnapshotFile(b, file, func(l feed.Line) { bld.Set(l) })
-							n = bld.Index().Len()
-						}
-						best[v] = min(best[v], time.Since(t0).Seconds())
-						if n != size.n {
-							b.Fatalf("Len %d", n)
-						}
-					}
-				}
-				b.ReportMetric(best[0], "load-s")
-				b.ReportMetric(best[1], "v1-load-s")
-			}
-		})
-	}
-}
-
-// readSnapshotFile reads the lines of a snapshot file into set.
-func readSnapshotFile(b *testing.B, file string, set func(feed.Line)) {
-	f, err := os.Open(file)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(bufio.NewReaderSize(f, 1<<20))
-	if err != nil {
-		b.Fatal(err)
-	}
-	err = feed.ReadLines(zr, false, func(l feed.Line) error {
-		set(l)
-		return nil
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
 }
