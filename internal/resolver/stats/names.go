@@ -212,7 +212,7 @@ var defs = [...]def{
 	computed("udp-noport-errors", promCounter, func(_ *Counters, r *reading) uint64 { return r.snmp().noPorts }, "UDP NoPorts of the host (/proc/net/snmp)."),
 	computed("udp-recvbuf-errors", promCounter, func(_ *Counters, r *reading) uint64 { return r.snmp().rcvbufErrors }, "UDP RcvbufErrors of the host (/proc/net/snmp)."),
 	computed("udp-sndbuf-errors", promCounter, func(_ *Counters, r *reading) uint64 { return r.snmp().sndbufErrors }, "UDP SndbufErrors of the host (/proc/net/snmp)."),
-	counter("unauthorized-tcp", UnauthorizedTCP, "TCP queries refused by allow_from."),
+	counter("unauthorized-tcp", UnauthorizedTCP, "TCP connections refused by allow_from (closed at accept, as PowerDNS does)."),
 	counter("unauthorized-udp", UnauthorizedUDP, "UDP queries refused by allow_from."),
 	counter("unexpected-packets", UnexpectedPackets, "Upstream answers that matched no outstanding query."),
 	counter("unreachables", Unreachables, "Outgoing queries that failed because the forwarder was unreachable."),
