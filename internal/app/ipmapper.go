@@ -7,9 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
-	"net/url"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -18,7 +15,6 @@ import (
 	"github.com/svc-pf/svc-pf/internal/httpapi"
 	"github.com/svc-pf/svc-pf/internal/ipmapper"
 	"github.com/svc-pf/svc-pf/internal/natsbus"
-	"github.com/svc-pf/svc-pf/internal/session"
 )
 
 // SessionsConfig is the IP Mapper's `sessions` section.
@@ -134,97 +130,12 @@ func StartIPMapper(cfg IPMapperConfig, nc *nats.Conn, v Version, log *slog.Logge
 		},
 		Info: func() any { return map[string]any{"nats": nc.ConnectedUrlRedacted(), "bucket": cfg.Sessions.Bucket} },
 	})
-	router.Handle(http.MethodGet, "/sessions", m.handleSessions)
+	router.Handle(http.MethodGet, "/sessions", svc.HandleSessions)
 	if m.server, err = httpapi.Listen(cfg.HTTP, router, log); err != nil {
 		return nil, err
 	}
 	log.Info("ipmapper listening", "address", m.server.Addr().String(), "bucket", cfg.Sessions.Bucket)
 	return m, nil
-}
-
-// Bounds of GET /sessions' limit: the default keeps an accidental query
-// of a large organisation cheap; the maximum bounds one reply's size.
-const (
-	sessionsDefaultLimit = 100
-	sessionsMaxLimit     = 10000
-)
-
-// sessionsReply is GET /sessions' body.
-type sessionsReply struct {
-	Sessions []session.Session `json:"sessions"`
-	// Count is len(Sessions); Total counts every match (after `after`).
-	Count int `json:"count"`
-	Total int `json:"total"`
-	Limit int `json:"limit"`
-	// Next, when set, is the `after` of the next page.
-	Next string `json:"next,omitempty"`
-}
-
-// handleSessions is GET /sessions?ip=|org=|username=|deviceid=|id=
-// [&limit=N][&after=ID]: what the table holds, read-only, for an operator
-// (docs/ipmapper.md, "Inspecting the table").
-func (m *IPMapper) handleSessions(w http.ResponseWriter, r *http.Request) {
-	// url.ParseQuery, not r.URL.Query(): the latter drops a malformed
-	// pair silently, and a query answered for a different selector than
-	// the operator typed is worse than a 400.
-	vals, err := url.ParseQuery(r.URL.RawQuery)
-	if err != nil {
-		httpapi.WriteError(w, http.StatusBadRequest, "malformed query string: "+err.Error())
-		return
-	}
-	var q ipmapper.Query
-	limit := sessionsDefaultLimit
-	for key, vs := range vals {
-		if len(vs) != 1 {
-			httpapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("query parameter %q given %d times", key, len(vs)))
-			return
-		}
-		v := vs[0]
-		switch key {
-		case "id":
-			q.ID = v
-		case "org":
-			q.Org = v
-		case "username":
-			q.Username = v
-		case "deviceid":
-			q.DeviceID = v
-		case "after":
-			q.After = v
-		case "ip":
-			ip, err := netip.ParseAddr(v)
-			if err != nil {
-				httpapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("ip %q: not an IP address", v))
-				return
-			}
-			q.IP = ip
-		case "limit":
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 || n > sessionsMaxLimit {
-				httpapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("limit %q: want 1..%d", v, sessionsMaxLimit))
-				return
-			}
-			limit = n
-		default:
-			httpapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("unknown query parameter %q (want one of id, ip, org, username, deviceid; limit, after)", key))
-			return
-		}
-	}
-	if !m.svc.Ready() {
-		httpapi.WriteError(w, http.StatusServiceUnavailable, "the session table is loading")
-		return
-	}
-	found, err := m.svc.Find(q, limit)
-	if err != nil {
-		if ipmapper.IsInvalid(err) {
-			httpapi.WriteError(w, http.StatusBadRequest, err.Error())
-			return
-		}
-		httpapi.WriteInternal(w, r, m.log, err)
-		return
-	}
-	httpapi.WriteJSON(w, http.StatusOK, sessionsReply{Sessions: found.Sessions, Count: len(found.Sessions),
-		Total: found.Total, Limit: limit, Next: found.Next})
 }
 
 // Addr is the health/metrics listener's address.

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/svc-pf/svc-pf/internal/identity"
+	"github.com/svc-pf/svc-pf/internal/ipmapper"
 	"github.com/svc-pf/svc-pf/internal/ipmapper/mapperclient"
 	"github.com/svc-pf/svc-pf/internal/natsbus"
 	"github.com/svc-pf/svc-pf/internal/natsbus/natstest"
@@ -77,19 +78,19 @@ func TestIPMapperSessionsEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	get := func(query string) sessionsReply {
+	get := func(query string) ipmapper.SessionsReply {
 		t.Helper()
 		code, body := httpGet(t, base+"/sessions?"+query)
 		if code != 200 {
 			t.Fatalf("GET /sessions?%s: %d %s", query, code, body)
 		}
-		var r sessionsReply
+		var r ipmapper.SessionsReply
 		if err := json.Unmarshal([]byte(body), &r); err != nil {
 			t.Fatal(err)
 		}
 		return r
 	}
-	ids := func(r sessionsReply) string {
+	ids := func(r ipmapper.SessionsReply) string {
 		var out []string
 		for _, s := range r.Sessions {
 			out = append(out, s.ID)
@@ -117,7 +118,7 @@ func TestIPMapperSessionsEndpoint(t *testing.T) {
 			t.Errorf("%s: ids %q total %d next %q count %d; want %q %d %q", tt.query, ids(r), r.Total, r.Next, r.Count, tt.ids, tt.total, tt.next)
 		}
 	}
-	if r := get("id=s1"); len(r.Sessions) != 1 || r.Sessions[0].Username != "alice" || r.Sessions[0].Org != "acme" || r.Limit != sessionsDefaultLimit {
+	if r := get("id=s1"); len(r.Sessions) != 1 || r.Sessions[0].Username != "alice" || r.Sessions[0].Org != "acme" || r.Limit != ipmapper.SessionsDefaultLimit {
 		t.Errorf("id=s1: %+v", r)
 	}
 	if code, body := httpGet(t, base+"/sessions?org=nobody"); !strings.Contains(body, `"sessions":[]`) {
