@@ -37,11 +37,13 @@ const usage = `svc-pf — subscriber-aware DNS content filtering
 Usage:
   svc-pf <command> [--config FILE] [--debug]
   svc-pf feed build|serve|lookup …
+  svc-pf ipmapper sessions --ip ADDR|--org ORG|--username NAME [--url URL] [--json]
   svc-pf --version
 
 Commands:
   orgmanager   REST API for organisations, prefixes and overrides (default config /etc/svc-pf/orgmanager.yaml)
-  ipmapper     the IP Mapper: session table as a NATS micro service (default config /etc/svc-pf/ipmapper.yaml)
+  ipmapper     the IP Mapper: session table as a NATS micro service (default config /etc/svc-pf/ipmapper.yaml);
+               "ipmapper sessions" shows what a running one holds (--help for its options)
   simulator    spec 2's simulator: categories and filtering verdicts over HTTP and Lua workers (default config /etc/svc-pf/simulator.yaml; --test-and-exit)
   resolver     the filtering DNS server and spec 3's PowerDNS-compatible API (default config /etc/svc-pf/resolver.yaml)
   all          every service in one process with an embedded NATS server (default config /etc/svc-pf/all.yaml)
@@ -102,7 +104,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	case "feed":
 		return runFeed(ctx, rest, stdout, stderr)
-	case "orgmanager", "ipmapper", "simulator", "resolver", "all":
+	case "ipmapper":
+		if len(rest) > 0 && rest[0] == "sessions" {
+			return runIPMapperSessions(ctx, rest[1:], stdout, stderr)
+		}
+	case "orgmanager", "simulator", "resolver", "all":
 	default:
 		fmt.Fprintf(stderr, "svc-pf: unknown command %q\n\n%s", cmd, usage)
 		return 2

@@ -14,9 +14,10 @@ import (
 // LockFileName is the name of the lock file LockDir keeps in a directory.
 const LockFileName = ".svc-pf.lock"
 
-// DirLock is an exclusive lock on a directory, held by this process until
-// Unlock (or its exit: the kernel drops an flock with the last descriptor,
-// so a kill -9 leaves no stale lock behind, only a stale pid in the file).
+// DirLock is an exclusive lock on a directory (LockDir) or on one file
+// (LockFile), held by this process until Unlock (or its exit: the kernel
+// drops an flock with the last descriptor, so a kill -9 leaves no stale
+// lock behind, only a stale pid in the file).
 type DirLock struct {
 	f    *os.File
 	path string
@@ -40,19 +41,33 @@ func LockDir(dir, what string) (*DirLock, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("%s %s: %w", what, dir, err)
 	}
-	path := filepath.Join(dir, LockFileName)
+	return lock(filepath.Join(dir, LockFileName), what+" "+dir, "use another directory")
+}
+
+// LockFile is LockDir for one file that is not a directory of its own: it
+// takes an exclusive flock on the lock file at path (created as needed;
+// its directory must exist), beside the file it guards. what names that
+// file in the error ("SQLite database /var/lib/svc-pf/orgmanager.db").
+// The orgmanager's SQLite database is guarded so: two orgmanagers on one
+// file would each start, and the store's read cache, which trusts that
+// its process makes every write, would serve the other's stale rows.
+func LockFile(path, what string) (*DirLock, error) {
+	return lock(path, what, "use another file")
+}
+
+func lock(path, what, instead string) (*DirLock, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o640)
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: lock file: %w", what, dir, err)
+		return nil, fmt.Errorf("%s: lock file: %w", what, err)
 	}
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		holder := readHolder(f)
 		_ = f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("%s %s is in use by another svc-pf process (%s; lock file %s): %w — stop it or use another directory",
-				what, dir, holder, path, ErrLocked)
+			return nil, fmt.Errorf("%s is in use by another svc-pf process (%s; lock file %s): %w — stop it or %s",
+				what, holder, path, ErrLocked, instead)
 		}
-		return nil, fmt.Errorf("%s %s: lock %s: %w", what, dir, path, err)
+		return nil, fmt.Errorf("%s: lock %s: %w", what, path, err)
 	}
 	// The pid is informational (the lock is the flock): rewrite it whole.
 	if err := f.Truncate(0); err == nil {

@@ -3,6 +3,7 @@ package natsbus
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -55,4 +56,36 @@ func TestEmbeddedLocksItsStore(t *testing.T) {
 		t.Fatalf("restart after shutdown: %v", err)
 	}
 	srv2.Shutdown()
+}
+
+// TestLockFileRefusesASecondHolder: LockFile guards one file by a lock
+// file beside it; the second holder's error names the guarded file, the
+// holder's pid and the lock file.
+func TestLockFileRefusesASecondHolder(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "o.db.lock")
+	l, err := LockFile(path, "SQLite database o.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = LockFile(path, "SQLite database o.db")
+	if !errors.Is(err, ErrLocked) {
+		t.Fatalf("second lock: %v, want ErrLocked", err)
+	}
+	for _, want := range []string{"SQLite database o.db is in use", "pid " + strconv.Itoa(os.Getpid()), path} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	if err := l.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	l2, err := LockFile(path, "SQLite database o.db")
+	if err != nil {
+		t.Fatalf("lock after unlock: %v", err)
+	}
+	_ = l2.Unlock()
+	// The directory is not made: a typo must not create one.
+	if _, err := LockFile(filepath.Join(t.TempDir(), "missing", "o.db.lock"), "SQLite database"); err == nil || errors.Is(err, ErrLocked) {
+		t.Fatalf("lock file in a missing directory: %v, want an open error", err)
+	}
 }

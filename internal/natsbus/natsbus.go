@@ -240,14 +240,19 @@ func (e *Embedded) Shutdown() {
 //
 // While the connection is down (or not up yet), publishes and requests fail
 // at once with nats.ErrReconnectBufExceeded instead of being buffered.
-func Connect(url, name string, log *slog.Logger, retryOnFailedConnect bool) (*nats.Conn, error) {
+//
+// url may list several servers of a cluster, comma-separated: the client
+// picks one at random and fails over to the others (and to those the
+// cluster announces). more are further options after these, e.g.
+// nats.DontRandomize() for a test that must know which server a client is on.
+func Connect(url, name string, log *slog.Logger, retryOnFailedConnect bool, more ...nats.Option) (*nats.Conn, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	nc, err := nats.Connect(url,
+	opts := []nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
+		nats.ReconnectWait(250 * time.Millisecond),
 		nats.RetryOnFailedConnect(retryOnFailedConnect),
 		// No reconnect buffer. nats.go's default keeps up to 8 MB of
 		// publishes made during a disconnect and sends them after the
@@ -276,7 +281,8 @@ func Connect(url, name string, log *slog.Logger, retryOnFailedConnect bool) (*na
 			}
 			log.Error("NATS async error", "subject", subj, "err", err)
 		}),
-	)
+	}
+	nc, err := nats.Connect(url, append(opts, more...)...)
 	if err != nil {
 		return nil, fmt.Errorf("natsbus: connect %s: %w", url, err)
 	}

@@ -38,15 +38,3 @@ func TestOverrideCacheRules(t *testing.T) {
 		t.Fatal("disabled cache hit")
 	}
 }
-
-func TestSecondStoreOnOneSQLiteFileReadsWithoutCache(t *testing.T) {
-	first := lockExclusive(t.TempDir() + "/x.lock")
-	if first == nil {
-		t.Fatal("no lock on a fresh file")
-	}
-	defer first.Close()
-	if second := lockExclusive(first.Name()); second != nil {
-		second.Close()
-		t.Fatal("the lock was taken twice")
-	}
-}

@@ -25,6 +25,7 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
 	"github.com/svc-pf/svc-pf/internal/identity"
+	"github.com/svc-pf/svc-pf/internal/natsbus"
 )
 
 // Config configures Open.
@@ -37,6 +38,16 @@ type Config struct {
 	MaxReadConns int
 	// Now is the clock for created/updated/ctime/mtime; nil means time.Now.
 	Now func() time.Time
+	// Exclusive (SQLite only) makes Open refuse a database file another
+	// Store holds, in this process or another, naming the holder's pid.
+	// Every SQLite Store tries to hold the lock file <file>.lock beside the
+	// database (natsbus.LockFile) for its whole life, as its read cache
+	// needs; without Exclusive a Store that finds it taken opens anyway and
+	// reads without the cache. The orgmanager sets it: two orgmanagers on
+	// one file (issue 11) would each start and serve each other's writes
+	// late, and two `svc-pf all` on one data directory are refused already
+	// by the directory's own lock, a different file.
+	Exclusive bool
 }
 
 var (
@@ -169,10 +180,12 @@ type Store struct {
 	stmts struct {
 		getOrg, prefixes, readOverride *sql.Stmt
 	}
-	// cache serves repeated single-override reads; nil unless this process
+	// cache serves repeated single-override reads; nil unless this Store
 	// holds lock, the SQLite database's lock file (see overrideCache).
 	cache *overrideCache
-	lock  *os.File
+	lock  *natsbus.DirLock
+	// exclusive is Config.Exclusive: a lock held elsewhere fails Open.
+	exclusive bool
 	// health is the outcome of the last write or write probe (writable.go).
 	health writeHealth
 }
@@ -191,7 +204,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if readConns <= 0 {
 		readConns = max(4, 2*runtime.GOMAXPROCS(0))
 	}
-	s := &Store{dialect: t.dialect, now: cfg.Now, q: queriesFor(t.dialect)}
+	s := &Store{dialect: t.dialect, now: cfg.Now, q: queriesFor(t.dialect), exclusive: cfg.Exclusive}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -239,6 +252,20 @@ func (s *Store) openSQLite(ctx context.Context, path string, readConns int) erro
 	if fi, err := os.Stat(filepath.Dir(abs)); err != nil || !fi.IsDir() {
 		return fmt.Errorf("orgstore: the directory of the SQLite database %s does not exist: check database.url, or create the directory", abs)
 	}
+	// The lock comes before the database is opened, so that a refused
+	// second orgmanager touches nothing (not even the migrations) of the
+	// file another one serves. A read-only directory (no lock file can be
+	// made) only costs the cache, unless Exclusive.
+	lock, err := natsbus.LockFile(abs+".lock", "SQLite database "+abs)
+	switch {
+	case err == nil:
+		s.lock = lock
+		s.cache = newOverrideCache(overrideCacheSize)
+	case s.exclusive && errors.Is(err, natsbus.ErrLocked):
+		return fmt.Errorf("orgstore: %w", err)
+	case s.exclusive:
+		return fmt.Errorf("orgstore: %w (the lock file beside the database keeps a second orgmanager off it: its directory must be writable)", err)
+	}
 	base := "file:" + sqliteURIPath(abs) + "?_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)"
 	// WAL lets readers run beside the single writer; synchronous=NORMAL is
 	// safe in WAL (a power cut may lose the last commits, never corrupts).
@@ -274,9 +301,6 @@ func (s *Store) openSQLite(ctx context.Context, path string, readConns int) erro
 	s.reader.SetConnMaxIdleTime(0)
 	if err := s.reader.PingContext(ctx); err != nil {
 		return fmt.Errorf("orgstore: open sqlite %s: %w", abs, err)
-	}
-	if s.lock = lockExclusive(abs + ".lock"); s.lock != nil {
-		s.cache = newOverrideCache(overrideCacheSize)
 	}
 	return nil
 }
@@ -319,7 +343,7 @@ func (s *Store) Close() error {
 		errs = append(errs, s.writer.Close())
 	}
 	if s.lock != nil {
-		errs = append(errs, s.lock.Close()) // releases the flock
+		errs = append(errs, s.lock.Unlock())
 		s.lock = nil
 	}
 	return errors.Join(errs...)

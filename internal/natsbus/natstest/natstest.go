@@ -187,6 +187,10 @@ func Values(t testing.TB, kv jetstream.KeyValue) map[string][]byte {
 	}
 	for _, k := range keys {
 		e, err := kv.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			// Deleted between the listing and the read: no value now.
+			continue
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
