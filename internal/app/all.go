@@ -15,6 +15,7 @@ import (
 	"github.com/svc-pf/svc-pf/internal/natsbus"
 	"github.com/svc-pf/svc-pf/internal/readmodel/feeds"
 	"github.com/svc-pf/svc-pf/internal/rpz"
+	"github.com/svc-pf/svc-pf/internal/session"
 )
 
 // EmbeddedNATSConfig is the `nats` section of `svc-pf all`.
@@ -96,6 +97,13 @@ func (c *AllConfig) Validate() error {
 		errs = append(errs, fmt.Errorf("orgmanager.nats.url %q points away from this process's IP Mapper (ipmapper.nats.url %q): the orgmanager must reach its own IP Mapper; set both to the same URL, or leave both unset for the embedded server",
 			redactURL(om), redactURL(im)))
 	}
+	// One bucket name for the three: the IP Mapper writes it, the
+	// orgmanager deploys to that IP Mapper's subjects, the node follows it.
+	// The orgmanager's own key may be left at its default (it then follows
+	// ipmapper.sessions.bucket); set to something else it is a mistake.
+	if ob, ib := c.OrgManager.Sessions.Bucket, c.IPMapper.Sessions.Bucket; ob != "" && ob != session.Bucket && ob != ib {
+		errs = append(errs, fmt.Errorf("orgmanager.sessions.bucket %q differs from ipmapper.sessions.bucket %q: under svc-pf all one bucket serves all three services; set ipmapper.sessions.bucket only", ob, ib))
+	}
 	if c.Simulator.Region != "" {
 		errs = append(errs, errors.New("simulator.region: under svc-pf all the region is set at the top level (region:)"))
 	}
@@ -157,6 +165,9 @@ func StartAll(ctx context.Context, cfg AllConfig, v Version, log *slog.Logger) (
 	if storeDir == "" {
 		storeDir = filepath.Join(cfg.DataDir, "nats")
 	}
+	// The orgmanager and the node follow the IP Mapper's bucket (Validate
+	// refused a different one).
+	cfg.OrgManager.Sessions.Bucket = cfg.IPMapper.Sessions.Bucket
 	if cfg.OrgManager.Database.URL == DefaultOrgManagerConfig().Database.URL {
 		// Not set by the operator: the database lives in the data directory too.
 		cfg.OrgManager.Database.URL = "sqlite:" + filepath.Join(cfg.DataDir, "orgmanager.db")
@@ -213,7 +224,7 @@ func StartAll(ctx context.Context, cfg AllConfig, v Version, log *slog.Logger) (
 	}
 	nodeLog := log.With("service", "node")
 	reg := newRegistry()
-	models, err := newReadModels(nodeKeys{Feeds: cfg.Feeds, RPZ: cfg.RPZ}, ncNode, reg, nodeLog)
+	models, err := newReadModels(nodeKeys{Feeds: cfg.Feeds, RPZ: cfg.RPZ, SessionsBucket: cfg.IPMapper.Sessions.Bucket}, ncNode, reg, nodeLog)
 	if err != nil {
 		return fail(err)
 	}

@@ -14,7 +14,9 @@ import (
 
 	"github.com/svc-pf/svc-pf/internal/httpapi"
 	"github.com/svc-pf/svc-pf/internal/ipmapper"
+	"github.com/svc-pf/svc-pf/internal/ipmapper/wire"
 	"github.com/svc-pf/svc-pf/internal/natsbus"
+	"github.com/svc-pf/svc-pf/internal/session"
 )
 
 // SessionsConfig is the IP Mapper's `sessions` section.
@@ -30,12 +32,29 @@ type SessionsConfig struct {
 	PurgeDeletesAfter time.Duration `yaml:"purge_deletes_after"`
 }
 
+// IPMapperHAConfig is the IP Mapper's `ha` section: the active/passive lock
+// that lets several IP Mappers run for one bucket, one of them serving
+// (docs/ipmapper.md, "High availability").
+type IPMapperHAConfig struct {
+	// LockBucket is the KV bucket of the locks (one key per sessions
+	// bucket); every IP Mapper of a bucket must name the same one.
+	LockBucket string `yaml:"lock_bucket"`
+	// LockTTL: a standby takes over about this long after the active one
+	// dies. It is the lock bucket's TTL, the same for every IP Mapper using
+	// the bucket; one configured otherwise refuses to start.
+	LockTTL time.Duration `yaml:"lock_ttl"`
+	// Instance names this instance in the lock and the logs; default
+	// "<hostname>/<pid>".
+	Instance string `yaml:"instance"`
+}
+
 // IPMapperConfig is the IP Mapper's whole configuration file.
 type IPMapperConfig struct {
-	HTTP     httpapi.Config `yaml:"http"`
-	Log      LogConfig      `yaml:"log"`
-	NATS     NATSConfig     `yaml:"nats"`
-	Sessions SessionsConfig `yaml:"sessions"`
+	HTTP     httpapi.Config   `yaml:"http"`
+	Log      LogConfig        `yaml:"log"`
+	NATS     NATSConfig       `yaml:"nats"`
+	Sessions SessionsConfig   `yaml:"sessions"`
+	HA       IPMapperHAConfig `yaml:"ha"`
 }
 
 // DefaultIPMapperConfig is what runs when the file sets nothing.
@@ -43,7 +62,8 @@ func DefaultIPMapperConfig() IPMapperConfig {
 	return IPMapperConfig{
 		HTTP:     httpapi.Config{Address: "127.0.0.1:8083"},
 		Log:      LogConfig{Level: "info"},
-		Sessions: SessionsConfig{Bucket: "sessions", Replicas: 1, SweepInterval: time.Second, PurgeDeletesAfter: 24 * time.Hour},
+		Sessions: SessionsConfig{Bucket: session.Bucket, Replicas: 1, SweepInterval: time.Second, PurgeDeletesAfter: 24 * time.Hour},
+		HA:       IPMapperHAConfig{LockBucket: ipmapper.DefaultLockBucket, LockTTL: 3 * time.Second},
 	}
 }
 
@@ -55,8 +75,16 @@ func (c *IPMapperConfig) Validate(standalone bool) error {
 	if standalone && c.NATS.URL == "" {
 		errs = append(errs, errors.New("nats.url is required: the IP Mapper keeps its sessions in NATS JetStream"))
 	}
-	if c.Sessions.Bucket == "" {
-		errs = append(errs, errors.New("sessions.bucket is required"))
+	if err := wire.ValidBucket(c.Sessions.Bucket); err != nil {
+		errs = append(errs, fmt.Errorf("sessions.bucket: %w", err))
+	}
+	if err := wire.ValidBucket(c.HA.LockBucket); err != nil {
+		errs = append(errs, fmt.Errorf("ha.lock_bucket: %w", err))
+	} else if c.HA.LockBucket == c.Sessions.Bucket {
+		errs = append(errs, fmt.Errorf("ha.lock_bucket %q is the sessions bucket: the locks need a bucket of their own", c.HA.LockBucket))
+	}
+	if c.HA.LockTTL < 300*time.Millisecond || c.HA.LockTTL > time.Minute {
+		errs = append(errs, fmt.Errorf("ha.lock_ttl %s: must be 300ms..1m", c.HA.LockTTL))
 	}
 	if c.Sessions.Replicas < 1 || c.Sessions.Replicas > 5 {
 		errs = append(errs, errors.New("sessions.replicas must be 1..5"))
@@ -105,7 +133,8 @@ func StartIPMapper(cfg IPMapperConfig, nc *nats.Conn, v Version, log *slog.Logge
 	log = log.With("service", "ipmapper")
 	reg := newRegistry()
 	svc, err := ipmapper.New(ipmapper.Config{Conn: nc, Bucket: cfg.Sessions.Bucket, Replicas: cfg.Sessions.Replicas,
-		SweepInterval: cfg.Sessions.SweepInterval, PurgeDeletesAfter: cfg.Sessions.PurgeDeletesAfter, Logger: log, Registerer: reg})
+		SweepInterval: cfg.Sessions.SweepInterval, PurgeDeletesAfter: cfg.Sessions.PurgeDeletesAfter, Logger: log, Registerer: reg,
+		LockBucket: cfg.HA.LockBucket, LockTTL: cfg.HA.LockTTL, Instance: cfg.HA.Instance})
 	if err != nil {
 		return nil, err
 	}
@@ -117,42 +146,79 @@ func StartIPMapper(cfg IPMapperConfig, nc *nats.Conn, v Version, log *slog.Logge
 	httpapi.MountStandard(router, httpapi.StandardConfig{
 		Service: "ipmapper", Version: string(v), Gatherer: reg,
 		Ready: func() error {
-			if !svc.Ready() {
-				if err := m.loadErr.Load(); err != nil {
-					return fmt.Errorf("loading sessions: %w", *err)
+			ha := svc.HA()
+			switch ha.Role {
+			case ipmapper.RoleActive:
+				// Answering but unable to store (a full disk, JetStream
+				// down): every deploy fails, which an operator must see
+				// here rather than in the orgmanager's backlog minutes later.
+				return svc.WriteError()
+			case ipmapper.RoleStandby:
+				// Healthy but not serving: it can take over, which is its
+				// whole job. Only a standby that cannot reach the lock (so
+				// could not take over) is unhealthy. The role is in the body.
+				if err := svc.LockError(); err != nil {
+					return fmt.Errorf("standby and cannot reach the lock bucket %s: %w", cfg.HA.LockBucket, err)
 				}
-				return errors.New("loading sessions")
+				return nil
 			}
-			// Answering but unable to store (a full disk, JetStream down):
-			// every deploy fails, which an operator must see here rather
-			// than in the orgmanager's backlog minutes later.
-			return svc.WriteError()
+			if ha.LoadError != "" {
+				return errors.New("loading sessions: " + ha.LoadError)
+			}
+			if err := m.loadErr.Load(); err != nil {
+				return fmt.Errorf("loading sessions: %w", *err)
+			}
+			return errors.New("loading sessions")
 		},
-		Info: func() any { return map[string]any{"nats": nc.ConnectedUrlRedacted(), "bucket": cfg.Sessions.Bucket} },
+		Health: func() map[string]any {
+			ha := svc.HA()
+			body := map[string]any{"role": ha.Role, "instance": ha.Instance, "bucket": cfg.Sessions.Bucket}
+			if ha.Holder != "" {
+				body["holder"] = ha.Holder
+			}
+			return body
+		},
+		Info: func() any {
+			return map[string]any{"nats": nc.ConnectedUrlRedacted(), "bucket": cfg.Sessions.Bucket, "ha": svc.HA()}
+		},
 	})
 	router.Handle(http.MethodGet, "/sessions", svc.HandleSessions)
 	if m.server, err = httpapi.Listen(cfg.HTTP, router, log); err != nil {
 		return nil, err
 	}
-	log.Info("ipmapper listening", "address", m.server.Addr().String(), "bucket", cfg.Sessions.Bucket)
+	log.Info("ipmapper listening", "address", m.server.Addr().String(), "bucket", cfg.Sessions.Bucket,
+		"lock_bucket", cfg.HA.LockBucket, "lock_ttl", cfg.HA.LockTTL)
 	return m, nil
 }
 
 // Addr is the health/metrics listener's address.
 func (m *IPMapper) Addr() net.Addr { return m.server.Addr() }
 
-// Run loads the session table (retrying while NATS or JetStream is not
-// reachable; /health says why meanwhile), serves the micro service and the
-// HTTP listener until ctx ends.
+// Run starts the IP Mapper (retrying while NATS or JetStream is not
+// reachable; /health says why meanwhile) — active, or on standby until it
+// takes its bucket's lock — and serves the HTTP listener until ctx ends.
+// A conflict (ipmapper.ErrConflict: another IP Mapper serves the bucket
+// without sharing the lock, or the lock bucket's TTL differs) stops it.
 func (m *IPMapper) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	served := make(chan error, 1)
 	go func() { served <- m.server.Serve(ctx) }()
 	delay := 250 * time.Millisecond
 	for {
 		err := m.svc.Start(ctx)
 		if err == nil {
-			m.log.Info("ipmapper ready")
+			if role := m.svc.Role(); role == ipmapper.RoleActive {
+				m.log.Info("ipmapper ready", "role", role)
+			} else {
+				m.log.Info("ipmapper started on standby", "role", role)
+			}
 			break
+		}
+		if errors.Is(err, ipmapper.ErrConflict) {
+			m.log.Error("ipmapper refuses to start", "err", err)
+			cancel()
+			return errors.Join(err, <-served)
 		}
 		m.loadErr.Store(&err)
 		m.log.Warn("ipmapper start failed; retrying", "err", err, "retry_in", delay)

@@ -17,9 +17,11 @@ import (
 	"github.com/svc-pf/svc-pf/internal/deploy"
 	"github.com/svc-pf/svc-pf/internal/httpapi"
 	"github.com/svc-pf/svc-pf/internal/ipmapper/mapperclient"
+	"github.com/svc-pf/svc-pf/internal/ipmapper/wire"
 	"github.com/svc-pf/svc-pf/internal/natsbus"
 	"github.com/svc-pf/svc-pf/internal/orgmanager"
 	"github.com/svc-pf/svc-pf/internal/orgstore"
+	"github.com/svc-pf/svc-pf/internal/session"
 	"github.com/svc-pf/svc-pf/internal/settings"
 )
 
@@ -42,13 +44,22 @@ type DeployConfig struct {
 	MaxDirtyAge time.Duration `yaml:"max_dirty_age"`
 }
 
+// OrgSessionsConfig is the orgmanager's `sessions` section.
+type OrgSessionsConfig struct {
+	// Bucket is the sessions bucket the filter nodes follow; the orgmanager
+	// deploys to the IP Mapper of this bucket (subjects
+	// ipmapper.<bucket>.*) and to no other on the same NATS.
+	Bucket string `yaml:"bucket"`
+}
+
 // OrgManagerConfig is the orgmanager's whole configuration file.
 type OrgManagerConfig struct {
-	HTTP     httpapi.Config `yaml:"http"`
-	Log      LogConfig      `yaml:"log"`
-	Database DatabaseConfig `yaml:"database"`
-	NATS     NATSConfig     `yaml:"nats"`
-	Deploy   DeployConfig   `yaml:"deploy"`
+	HTTP     httpapi.Config    `yaml:"http"`
+	Log      LogConfig         `yaml:"log"`
+	Database DatabaseConfig    `yaml:"database"`
+	NATS     NATSConfig        `yaml:"nats"`
+	Sessions OrgSessionsConfig `yaml:"sessions"`
+	Deploy   DeployConfig      `yaml:"deploy"`
 }
 
 // DefaultOrgManagerConfig is what runs when the file sets nothing.
@@ -57,6 +68,7 @@ func DefaultOrgManagerConfig() OrgManagerConfig {
 		HTTP:     httpapi.Config{Address: "127.0.0.1:8080"},
 		Log:      LogConfig{Level: "info"},
 		Database: DatabaseConfig{URL: "sqlite:" + defaultDataDir + "/orgmanager.db"},
+		Sessions: OrgSessionsConfig{Bucket: session.Bucket},
 		Deploy: DeployConfig{
 			Workers:              4,
 			VersionCheckInterval: 30 * time.Second,
@@ -75,6 +87,9 @@ func (c *OrgManagerConfig) Validate() error {
 	errs = append(errs, prefixed("orgmanager", c.HTTP.Validate()), c.Log.validate())
 	if c.Database.URL == "" {
 		errs = append(errs, errors.New("database.url is required"))
+	}
+	if err := wire.ValidBucket(c.Sessions.Bucket); err != nil {
+		errs = append(errs, fmt.Errorf("sessions.bucket: %w", err))
 	}
 	d := c.Deploy
 	if d.Workers < 1 || d.Workers > 1024 {
@@ -130,7 +145,9 @@ func StartOrgManager(ctx context.Context, cfg OrgManagerConfig, nc *nats.Conn, v
 			return nil, err
 		}
 	}
-	store, err := orgstore.Open(ctx, orgstore.Config{URL: cfg.Database.URL})
+	// Exclusive: a second orgmanager on the same SQLite file is refused
+	// (issue 11); PostgreSQL takes any number.
+	store, err := orgstore.Open(ctx, orgstore.Config{URL: cfg.Database.URL, Exclusive: true})
 	if err != nil {
 		return nil, err
 	}
@@ -138,7 +155,7 @@ func StartOrgManager(ctx context.Context, cfg OrgManagerConfig, nc *nats.Conn, v
 	var settingsKV deploy.SettingsKV
 	var ping func(context.Context) error
 	if nc != nil {
-		client, err := mapperclient.NewClient(mapperclient.ClientConfig{Conn: nc, Timeout: cfg.Deploy.PublishTimeout})
+		client, err := mapperclient.NewClient(mapperclient.ClientConfig{Conn: nc, Bucket: cfg.Sessions.Bucket, Timeout: cfg.Deploy.PublishTimeout})
 		if err != nil {
 			store.Close()
 			return nil, err
@@ -179,7 +196,7 @@ func StartOrgManager(ctx context.Context, cfg OrgManagerConfig, nc *nats.Conn, v
 		Service: "orgmanager", Version: string(version), Gatherer: reg,
 		Ready: func() error { return orgManagerReady(store, deployer) },
 		Info: func() any {
-			return map[string]any{"database": store.Dialect(), "ip_mapper": nc != nil}
+			return map[string]any{"database": store.Dialect(), "ip_mapper": nc != nil, "sessions_bucket": cfg.Sessions.Bucket}
 		},
 		Links: map[string]string{"API (OpenAPI 3)": "/openapi.yaml", "API reference": "https://github.com/svc-pf/svc-pf/blob/main/docs/orgmanager.md"},
 	})
@@ -189,7 +206,7 @@ func StartOrgManager(ctx context.Context, cfg OrgManagerConfig, nc *nats.Conn, v
 		return nil, err
 	}
 	log.Info("orgmanager listening", "address", server.Addr().String(), "database", redactURL(cfg.Database.URL),
-		"ip_mapper", nc != nil)
+		"ip_mapper", nc != nil, "sessions_bucket", cfg.Sessions.Bucket)
 	return &OrgManager{store: store, deployer: deployer, server: server, log: log, writeProbeInterval: writeProbeEvery}, nil
 }
 

@@ -43,6 +43,9 @@ type readModels struct {
 type nodeKeys struct {
 	Feeds []feeds.FeedConfig
 	RPZ   []rpz.ZoneConfig
+	// SessionsBucket is the sessions bucket to follow; empty: the default
+	// (session.Bucket). `svc-pf all` sets it to its IP Mapper's.
+	SessionsBucket string
 }
 
 // newReadModels builds the read models; nc may be nil (no NATS). The RPZ
@@ -65,7 +68,9 @@ func newReadModels(keys nodeKeys, nc *nats.Conn, reg prometheus.Registerer, log 
 		return nil, err
 	}
 	opts := readmodel.Options{JetStream: js, Logger: log, Registerer: reg}
-	if m.sessions, err = sessions.New(sessions.Config(opts)); err != nil {
+	sessOpts := opts
+	sessOpts.Bucket = keys.SessionsBucket
+	if m.sessions, err = sessions.New(sessions.Config(sessOpts)); err != nil {
 		return nil, err
 	}
 	if m.settings, err = settingsmodel.New(settingsmodel.Config(opts)); err != nil {

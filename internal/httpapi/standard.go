@@ -21,6 +21,10 @@ type StandardConfig struct {
 	Ready func() error
 	// Info, when set, is rendered on the status page as JSON.
 	Info func() any
+	// Health, when set, adds fields to /health's body whatever its status
+	// (the IP Mapper's active/standby role, say). It cannot replace the
+	// standard fields.
+	Health func() map[string]any
 	// Links are extra links on the status page (e.g. API documents).
 	Links map[string]string
 	// Clock is injectable for tests; defaults to time.Now.
@@ -72,8 +76,14 @@ func MountStandard(r *Router, cfg StandardConfig) {
 	})
 
 	r.Handle(http.MethodGet, "/health", func(w http.ResponseWriter, _ *http.Request) {
-		body := map[string]any{"status": "ok", "service": cfg.Service, "version": cfg.Version,
-			"uptime_seconds": int64(now().Sub(started).Seconds())}
+		body := map[string]any{}
+		if cfg.Health != nil {
+			for k, v := range cfg.Health() {
+				body[k] = v
+			}
+		}
+		body["status"], body["service"], body["version"] = "ok", cfg.Service, cfg.Version
+		body["uptime_seconds"] = int64(now().Sub(started).Seconds())
 		if err := ready(); err != nil {
 			body["status"] = "unavailable"
 			body["error"] = err.Error()

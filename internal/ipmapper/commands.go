@@ -33,6 +33,7 @@ func (s *Service) setSession(ctx context.Context, data []byte) ([]byte, string, 
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.retryUncertain()
 	now := s.now()
 	merged, changed, err := merge(current(s.idx.Load(), req.Session.ID, now), &req.Session, req.TTLSeconds, now)
 	if err != nil {
@@ -67,6 +68,7 @@ func (s *Service) setSessionBatch(ctx context.Context, data []byte) ([]byte, str
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.retryUncertain()
 	now := s.now()
 	ix := s.idx.Load()
 
@@ -312,6 +314,7 @@ func (s *Service) cleanSessions(ctx context.Context, data []byte) ([]byte, strin
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.retryUncertain()
 	ix := s.idx.Load()
 
 	// ids are sessions the table holds; stray ones only the bucket holds.

@@ -1,6 +1,7 @@
 package ipmapper
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
@@ -14,26 +15,35 @@ import (
 // reconcile re-reads the keys whose write failed and makes the table match
 // the bucket for them. A write can fail from here yet be stored (the ack
 // lost in a disconnect, or late past the timeout), and a table that drifted
-// from the bucket would merge and clean against a state no node has. Best
-// effort: it stops at the first failed read, since the bus is then down and
-// every further read would only wait out its timeout. Called with mu held.
+// from the bucket would merge and clean against a state no node has. The
+// reads run in parallel within one WriteTimeout (readBack); the keys it
+// could not read are kept uncertain and read again before the next command
+// (see retryUncertain). Called with mu held.
 func (s *Service) reconcile(ids []string) {
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.WriteTimeout)
 	defer cancel()
+	entries, errs := s.readBack(ctx, ids)
 	ix := s.idx.Load()
 	var upserts []*session.Session
 	var deletes []string
-	for _, id := range ids {
-		e, err := s.store.kv.Get(ctx, id)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
+	unread := 0
+	var firstErr error
+	for i, id := range ids {
+		e, err := entries[i], errs[i]
+		if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			// Kept, and read again before the next command acts on the
+			// table (retryUncertain).
+			s.store.markUncertain(ids[i : i+1])
+			unread++
+			firstErr = cmp.Or(firstErr, err)
+			continue
+		}
+		delete(s.store.uncertain, id)
+		if err != nil { // not found
 			if _, ok := ix.Get(id); ok {
 				deletes = append(deletes, id)
 			}
 			continue
-		}
-		if err != nil {
-			s.log.Warn("cannot re-read session after a failed write; the table may lag the bucket until the next write of it", "id", id, "err", err)
-			break
 		}
 		stored, err := session.Decode(id, e.Value())
 		if err != nil {
@@ -48,19 +58,22 @@ func (s *Service) reconcile(ids []string) {
 			upserts = append(upserts, stored)
 		}
 	}
+	if unread > 0 {
+		s.log.Warn("cannot re-read sessions after failed writes; read again before the next command", "ids", unread, "err", firstErr)
+	}
 	if len(upserts)+len(deletes) > 0 {
 		s.log.Warn("table reconciled with the bucket after failed writes that did land", "updated", len(upserts), "removed", len(deletes))
 		s.commit(upserts, deletes)
 	}
 }
 
-// every runs fn every interval until the service stops.
-func (s *Service) every(interval time.Duration, fn func()) {
+// every runs fn every interval until ctx (the active term) ends.
+func (s *Service) every(ctx context.Context, interval time.Duration, fn func()) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
-		case <-s.ctx.Done():
+		case <-ctx.Done():
 			return
 		case <-t.C:
 			fn()

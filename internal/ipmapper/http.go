@@ -80,7 +80,14 @@ func (s *Service) HandleSessions(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if !s.Ready() {
-		httpapi.WriteError(w, http.StatusServiceUnavailable, "the session table is loading")
+		msg := "the session table is loading"
+		if ha := s.HA(); ha.Role == RoleStandby {
+			msg = "this IP Mapper is on standby; the one holding the lock of bucket " + s.cfg.Bucket + " serves it"
+			if ha.Holder != "" {
+				msg += ": " + ha.Holder
+			}
+		}
+		httpapi.WriteError(w, http.StatusServiceUnavailable, msg)
 		return
 	}
 	found, err := s.Find(q, limit)

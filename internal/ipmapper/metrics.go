@@ -30,9 +30,12 @@ type metrics struct {
 	kvWriteErrors  prometheus.Counter
 	markersPurged  prometheus.Counter
 	stored         prometheus.GaugeFunc
+	active         prometheus.GaugeFunc
+	takeovers      prometheus.Counter
+	lockLost       prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer, sessions func() float64) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, sessions, active func() float64) (*metrics, error) {
 	removed := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "svcpf_ipmapper_sessions_removed_total",
 		Help: "Sessions removed from the table, by reason (clean request or TTL expiry).",
@@ -74,8 +77,21 @@ func newMetrics(reg prometheus.Registerer, sessions func() float64) (*metrics, e
 		Name: "svcpf_ipmapper_sessions",
 		Help: "Sessions in the table.",
 	}, sessions)
+	m.active = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "svcpf_ipmapper_active",
+		Help: "1 while this instance holds its bucket's lock, has loaded the table and serves; 0 on standby. Summed over the instances of a bucket it must be 1.",
+	}, active)
+	m.takeovers = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "svcpf_ipmapper_takeovers_total",
+		Help: "Times this instance became active (took the lock and loaded the table), the first start included.",
+	})
+	m.lockLost = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "svcpf_ipmapper_lock_lost_total",
+		Help: "Times this instance lost the lock while holding it (taken by another, or not refreshed within its TTL) and stopped serving.",
+	})
 	for _, c := range []prometheus.Collector{
 		m.requests, m.duration, m.sessionsSet, removed, m.loadDuration, m.loadSkipped, m.kvWriteErrors, m.markersPurged, m.stored,
+		m.active, m.takeovers, m.lockLost,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

@@ -8,16 +8,24 @@
 // acknowledged; the in-memory table (a sessionindex.Index) mirrors the
 // bucket and is reloaded from it on start.
 //
+// Several IP Mappers may run for one bucket, active/passive: a lock key in
+// a small KV bucket (lock.go) lets exactly one of them serve and write; the
+// others wait on standby and take over, after loading the table, when the
+// active one releases the lock or stops refreshing it.
+//
 // The wire format, merge rules and clean modes are documented in
 // docs/ipmapper.md.
 package ipmapper
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -58,7 +66,48 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Clock is the time source for updated_at and expiry; default time.Now.
 	Clock func() time.Time
+
+	// LockBucket is the KV bucket holding the active/passive locks, one key
+	// per sessions bucket; default DefaultLockBucket. Every IP Mapper of a
+	// bucket must use the same one.
+	LockBucket string
+	// LockTTL is how long a lock outlives its holder's last refresh, which
+	// comes every LockTTL/3: a standby takes over about LockTTL after the
+	// active one dies. Default 3s; 300ms..1m. It is the lock bucket's TTL:
+	// every IP Mapper using the bucket must set the same.
+	LockTTL time.Duration
+	// Instance names this instance in the lock value and the logs; default
+	// "<hostname>/<pid>".
+	Instance string
 }
+
+// DefaultLockBucket is Config.LockBucket's default.
+const DefaultLockBucket = "ipmapper-locks"
+
+// Bounds of Config.LockTTL: below 300ms a refresh every TTL/3 competes
+// with ordinary NATS latency; above a minute a dead active one leaves the
+// bucket unserved for too long.
+const (
+	defaultLockTTL = 3 * time.Second
+	minLockTTL     = 300 * time.Millisecond
+	maxLockTTL     = time.Minute
+)
+
+// Role is what an IP Mapper is doing for its bucket.
+type Role string
+
+const (
+	// RoleStarting: Start has not yet reached the lock bucket.
+	RoleStarting Role = "starting"
+	// RoleStandby: another instance holds the lock; this one waits for it.
+	RoleStandby Role = "standby"
+	// RoleLoading: this instance holds the lock and is loading the table;
+	// it serves once loaded.
+	RoleLoading Role = "loading"
+	// RoleActive: this instance holds the lock, has loaded the table and
+	// serves the micro service.
+	RoleActive Role = "active"
+)
 
 // Service is the IP Mapper. Writers (the four handlers' write paths and the
 // sweeper) are serialised by mu, so a merge always sees the previous write;
@@ -75,12 +124,20 @@ type Service struct {
 	expiring map[string]time.Time  // guarded by mu: ids with an expiry, for the sweeper
 	store    *store                // set by Start
 	loaded   atomic.Pointer[store] // store, for readers that must not wait for mu
-	svc      micro.Service
+	svc      micro.Service         // registered while active; owned by the campaign
 
-	started atomic.Bool
-	ctx     context.Context // lives from Start to Stop; bounds KV writes
-	cancel  context.CancelFunc
-	loops   sync.WaitGroup // the sweeper and the marker purger
+	me      Holder                 // this instance, as its lock value says
+	lease   *lease                 // set by Start
+	role    atomic.Pointer[Role]   // what this instance does now
+	holder  atomic.Pointer[Holder] // on standby: who holds the lock, when known
+	lockErr atomic.Pointer[error]  // the last failure to reach the lock, nil once reached
+	loadErr atomic.Pointer[error]  // the last failed load after taking the lock
+
+	started  atomic.Bool
+	ctx      context.Context // lives from Start to Stop; bounds KV writes
+	cancel   context.CancelFunc
+	campaign sync.WaitGroup // the lock loop (campaign) and, per term, the refresher
+	loops    sync.WaitGroup // while active: the sweeper and the marker purger
 }
 
 // defaultPurgeDeletesAfter is Config.PurgeDeletesAfter's default: long
@@ -123,13 +180,48 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
+	if cfg.LockBucket == "" {
+		cfg.LockBucket = DefaultLockBucket
+	}
+	if cfg.LockTTL == 0 {
+		cfg.LockTTL = defaultLockTTL
+	}
+	if err := wire.ValidBucket(cfg.Bucket); err != nil {
+		return nil, fmt.Errorf("ipmapper: Bucket: %w", err)
+	}
+	if err := wire.ValidBucket(cfg.LockBucket); err != nil {
+		return nil, fmt.Errorf("ipmapper: LockBucket: %w", err)
+	}
+	if cfg.LockBucket == cfg.Bucket {
+		return nil, fmt.Errorf("ipmapper: LockBucket %q is the sessions bucket: the locks need a bucket of their own", cfg.LockBucket)
+	}
+	if cfg.LockTTL < minLockTTL || cfg.LockTTL > maxLockTTL {
+		return nil, fmt.Errorf("ipmapper: LockTTL %s: must be %s..%s", cfg.LockTTL, minLockTTL, maxLockTTL)
+	}
+	host, _ := os.Hostname()
+	if cfg.Instance == "" {
+		cfg.Instance = fmt.Sprintf("%s/%d", host, os.Getpid())
+	}
+	var token [12]byte
+	if _, err := rand.Read(token[:]); err != nil {
+		return nil, fmt.Errorf("ipmapper: instance token: %w", err)
+	}
 	s := &Service{
 		cfg:      cfg,
-		log:      cfg.Logger.With("component", "ipmapper"),
+		log:      cfg.Logger.With("component", "ipmapper", "bucket", cfg.Bucket),
 		expiring: make(map[string]time.Time),
+		me: Holder{Instance: cfg.Instance, Host: host, PID: os.Getpid(), Bucket: cfg.Bucket,
+			Token: hex.EncodeToString(token[:]), Since: time.Now().UTC()},
 	}
+	s.setRole(RoleStarting)
 	s.idx.Store(sessionindex.Empty())
-	m, err := newMetrics(cfg.Registerer, func() float64 { return float64(s.idx.Load().Len()) })
+	m, err := newMetrics(cfg.Registerer, func() float64 { return float64(s.idx.Load().Len()) },
+		func() float64 {
+			if s.Role() == RoleActive {
+				return 1
+			}
+			return 0
+		})
 	if err != nil {
 		return nil, fmt.Errorf("ipmapper: metrics: %w", err)
 	}
@@ -137,11 +229,15 @@ func New(cfg Config) (*Service, error) {
 	return s, nil
 }
 
-// Start binds (or creates) the bucket, loads every session from it, removes
-// the ones that expired meanwhile, and only then registers the micro service
-// and starts the sweeper: a restarted IP Mapper never answers from a partial
-// table. ctx bounds the start only. A Start that failed (NATS not reachable,
-// say) may be called again.
+// Start binds (or creates) the sessions bucket and the lock bucket and
+// tries once to take the bucket's lock. Holding it, Start loads every
+// session, removes the ones that expired meanwhile, and only then registers
+// the micro service and starts the sweeper: an IP Mapper never answers from
+// a partial table. Not holding it, Start returns with the instance on
+// standby (Role), and it keeps trying in the background, activating the
+// same way once it takes the lock. ctx bounds the start only. A Start that
+// failed (NATS not reachable, say) may be called again; one that failed
+// with ErrConflict will fail again until the deployment changes.
 func (s *Service) Start(ctx context.Context) (err error) {
 	if !s.started.CompareAndSwap(false, true) {
 		return errors.New("ipmapper: already started")
@@ -150,84 +246,53 @@ func (s *Service) Start(ctx context.Context) (err error) {
 	defer func() {
 		if err != nil {
 			s.cancel()
+			s.campaign.Wait()
+			s.setRole(RoleStarting)
 			s.started.Store(false)
 		}
 	}()
-	st, err := openStore(ctx, s.cfg.Conn, s.cfg.Bucket, s.cfg.Replicas, s.cfg.WriteTimeout, s.log)
+	st, err := openStore(ctx, s.cfg.Conn, s.cfg.Bucket, s.cfg.Replicas, s.cfg.WriteTimeout, s.log, s.fence)
+	if err != nil {
+		return fmt.Errorf("ipmapper: %w", err)
+	}
+	lockKV, err := openLockBucket(ctx, st.js, s.cfg.LockBucket, s.cfg.LockTTL, s.cfg.Replicas)
+	if err != nil {
+		return fmt.Errorf("ipmapper: %w", err)
+	}
+	l, err := newLease(lockKV, s.cfg.Bucket, s.cfg.LockTTL, s.me)
 	if err != nil {
 		return fmt.Errorf("ipmapper: %w", err)
 	}
 	s.store = st
 	s.loaded.Store(st)
-
-	began := time.Now()
-	hint := 0
-	if status, err := st.kv.Status(ctx); err == nil {
-		hint = int(min(status.Values(), 1<<24)) // delete markers included; a hint only
-	}
-	b := sessionindex.NewBuilder(hint)
-	expiring := make(map[string]time.Time)
-	loaded, skipped, err := st.load(ctx, func(sess *session.Session) {
-		b.Put(sess)
-		if sess.ExpiresAt != nil {
-			expiring[sess.ID] = *sess.ExpiresAt
-		}
-	})
+	s.lease = l
+	held, holder, err := l.acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("ipmapper: %w", err)
 	}
-	took := time.Since(began)
-	s.metrics.loadDuration.Set(took.Seconds())
-	s.metrics.loadSkipped.Add(float64(skipped))
-	s.mu.Lock()
-	s.idx.Store(b.Index())
-	s.expiring = expiring
-	s.mu.Unlock()
-	s.log.Info("sessions loaded", "bucket", s.cfg.Bucket, "sessions", loaded, "skipped", skipped, "took", took)
-
-	if n, err := s.sweep(); err != nil {
-		s.log.Warn("sweep after load", "removed", n, "err", err)
+	s.lockErr.Store(nil)
+	if !held {
+		s.onStandby(holder)
+		s.campaign.Go(func() { s.run(nil) })
+		return nil
 	}
-
-	svc, err := micro.AddService(s.cfg.Conn, micro.Config{
-		Name:        wire.ServiceName,
-		Version:     wire.ServiceVersion,
-		Description: "svc-pf IP Mapper: authoritative session table",
-	})
-	if err != nil {
-		return fmt.Errorf("ipmapper: add micro service: %w", err)
+	t := s.beginTerm()
+	// The first load is bounded by the caller's ctx too.
+	actx, cancel := context.WithCancel(t.ctx)
+	defer cancel()
+	stop := context.AfterFunc(ctx, cancel)
+	defer stop()
+	if err := s.activate(actx, t); err != nil {
+		t.cancel()
+		s.endTerm(t)
+		return err
 	}
-	g := svc.AddGroup(wire.Group)
-	for _, ep := range []struct {
-		name string
-		fn   func(context.Context, []byte) ([]byte, string, error)
-	}{
-		{wire.CmdSetSession, s.setSession},
-		{wire.CmdSetSessionBatch, s.setSessionBatch},
-		{wire.CmdGetSessions, s.getSessions},
-		{wire.CmdCleanSessions, s.cleanSessions},
-	} {
-		if err := g.AddEndpoint(ep.name, s.handler(ep.name, ep.fn)); err != nil {
-			_ = svc.Stop()
-			return fmt.Errorf("ipmapper: add endpoint %s: %w", ep.name, err)
-		}
-	}
-	// Once the server has the subscriptions, a request sent on any
-	// connection after Start returns finds the service.
-	if err := s.cfg.Conn.FlushTimeout(s.cfg.WriteTimeout); err != nil {
-		_ = svc.Stop()
-		return fmt.Errorf("ipmapper: flush subscriptions: %w", err)
-	}
-	s.svc = svc
-	s.loops.Go(func() { s.every(s.cfg.SweepInterval, s.sweepTick) })
-	if s.cfg.PurgeDeletesAfter > 0 {
-		s.loops.Go(func() { s.every(min(s.cfg.PurgeDeletesAfter, time.Hour), s.purgeTick) })
-	}
-	s.ready.Store(true)
+	s.campaign.Go(func() { s.run(t) })
 	return nil
 }
 
-// Ready reports whether the table is loaded and the service answers.
+// Ready reports whether this instance holds the lock, has loaded the table
+// and serves the micro service.
 func (s *Service) Ready() bool { return s.ready.Load() }
 
 // WriteError reports why the bucket fails writes, or nil: set by a failed
@@ -249,20 +314,16 @@ func (s *Service) WriteError() error {
 	return fmt.Errorf("KV writes to bucket %s failing since %s: %w", s.cfg.Bucket, f.since.UTC().Format(time.RFC3339), f.err)
 }
 
-// Stop unregisters the micro service and stops the sweeper. The connection
-// stays open.
+// Stop stops serving and writing, releases the lock (so that a standby
+// takes over at once rather than after the lock's TTL) and stops the
+// background work. The connection stays open.
 func (s *Service) Stop() error {
 	if !s.started.Load() || s.cancel == nil {
 		return nil
 	}
-	s.ready.Store(false)
-	var err error
-	if s.svc != nil {
-		err = s.svc.Stop()
-	}
 	s.cancel()
-	s.loops.Wait()
-	return err
+	s.campaign.Wait()
+	return nil
 }
 
 // requestError carries the status code a refused request is answered with.

@@ -25,6 +25,13 @@ type store struct {
 	stream  string // "KV_<bucket>": the stream behind the bucket
 	timeout time.Duration
 	log     *slog.Logger
+	// fence is checked before every write: nil while this instance holds
+	// the bucket's lock, an error otherwise (see Service.fence).
+	fence func() error
+
+	// uncertain are keys whose write failed and whose value the reconcile
+	// could not read back (see retryUncertain); guarded by Service.mu.
+	uncertain map[string]struct{}
 
 	// failing is set while the bucket fails writes (see noteWrites); nil
 	// when the last write went through.
@@ -50,7 +57,7 @@ const (
 // waits for acks to come back before publishing more.
 const maxPendingAcks = 8192
 
-func openStore(ctx context.Context, nc *nats.Conn, bucket string, replicas int, timeout time.Duration, log *slog.Logger) (*store, error) {
+func openStore(ctx context.Context, nc *nats.Conn, bucket string, replicas int, timeout time.Duration, log *slog.Logger, fence func() error) (*store, error) {
 	js, err := jetstream.New(nc,
 		jetstream.WithPublishAsyncMaxPending(maxPendingAcks),
 		// Without a timeout an ack lost in a disconnect would never resolve.
@@ -83,6 +90,7 @@ func openStore(ctx context.Context, nc *nats.Conn, bucket string, replicas int, 
 		stream:  "KV_" + bucket,
 		timeout: timeout,
 		log:     log,
+		fence:   fence,
 	}, nil
 }
 
@@ -99,6 +107,12 @@ func (st *store) apply(ctx context.Context, writes []write) []error {
 	errs := make([]error, len(writes))
 	futures := make([]jetstream.PubAckFuture, len(writes))
 	for i, w := range writes {
+		// Checked per message, not per batch: a lease that runs out in the
+		// middle of a large batch stops it there.
+		if err := st.fence(); err != nil {
+			errs[i] = err
+			continue
+		}
 		msg := &nats.Msg{Subject: st.subject + w.ID, Data: w.Value}
 		if w.Value == nil {
 			msg.Header = nats.Header{kvOperationHeader: []string{kvOperationDelete}}
@@ -140,6 +154,8 @@ func (st *store) noteWrites(errs []error) {
 		switch {
 		case err == nil:
 			ok = true
+		case errors.Is(err, errNotActive):
+			// Not a failure of the store: this instance may not write.
 		case failed == nil && !perMessageError(err):
 			failed = err
 		}
@@ -281,6 +297,9 @@ func (st *store) purgeMarkers(ctx context.Context, markers []marker) (int, error
 		return 0, fmt.Errorf("purge delete markers: %w", err)
 	}
 	for i, m := range markers {
+		if err := st.fence(); err != nil {
+			return i, err
+		}
 		if err := stream.Purge(ctx, jetstream.WithPurgeSubject(st.subject+m.key), jetstream.WithPurgeSequence(m.seq+1)); err != nil {
 			return i, fmt.Errorf("purge delete marker of %s: %w", m.key, err)
 		}

@@ -1,6 +1,7 @@
 // Package mapperclient is the IP Mapper as its callers see it: the Client
 // that speaks the NATS micro service "ipmapper" (its subjects and bodies are
-// package wire, shared with the server), and the Publisher that turns the
+// package wire, shared with the server; they carry the sessions bucket, so a
+// Client reaches only the IP Mapper of its bucket), and the Publisher that turns the
 // orgmanager's deploy diffs into its requests. Data flows
 //
 //	orgmanager's deploy → mapperclient → NATS → IP Mapper (internal/ipmapper) → KV "sessions"
@@ -71,15 +72,29 @@ const maxClientItemErrors = 1000
 // ClientConfig configures a Client.
 type ClientConfig struct {
 	Conn *nats.Conn
+	// Bucket is the sessions bucket whose IP Mapper the Client calls (its
+	// subjects are "ipmapper.<Bucket>.<command>"); default session.Bucket.
+	// It must be the bucket the nodes follow: another bucket's IP Mapper
+	// on the same NATS would store the sessions where no node reads them.
+	Bucket string
 	// Timeout per request when ctx has no deadline; default 10s.
 	Timeout time.Duration
 }
 
 // Client calls the IP Mapper over NATS. It is safe for concurrent use.
 type Client struct {
-	nc      *nats.Conn
-	timeout time.Duration
+	nc       *nats.Conn
+	timeout  time.Duration
+	subjects [4]string // set-session, set-session-batch, get-sessions, clean-sessions
 }
+
+// Indexes of Client.subjects.
+const (
+	subjSet = iota
+	subjSetBatch
+	subjGet
+	subjClean
+)
 
 // NewClient returns a Client on cfg.Conn.
 func NewClient(cfg ClientConfig) (*Client, error) {
@@ -92,7 +107,17 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 10 * time.Second
 	}
-	return &Client{nc: cfg.Conn, timeout: cfg.Timeout}, nil
+	if cfg.Bucket == "" {
+		cfg.Bucket = session.Bucket
+	}
+	if err := wire.ValidBucket(cfg.Bucket); err != nil {
+		return nil, fmt.Errorf("ipmapper: %w", err)
+	}
+	c := &Client{nc: cfg.Conn, timeout: cfg.Timeout}
+	for i, cmd := range []string{wire.CmdSetSession, wire.CmdSetSessionBatch, wire.CmdGetSessions, wire.CmdCleanSessions} {
+		c.subjects[i] = wire.Subject(cfg.Bucket, cmd)
+	}
+	return c, nil
 }
 
 // Query selects sessions for GetSessions: set exactly one field.
@@ -126,7 +151,7 @@ func (c *Client) SetSession(ctx context.Context, s session.Session, ttl time.Dur
 		return session.Session{}, fmt.Errorf("ipmapper: encode request: %w", err)
 	}
 	var reply wire.SetSessionReply
-	if err := c.call(ctx, wire.SubjectSetSession, body, &reply); err != nil {
+	if err := c.call(ctx, c.subjects[subjSet], body, &reply); err != nil {
 		return session.Session{}, err
 	}
 	return reply.Session, nil
@@ -185,7 +210,7 @@ func (c *Client) SetSessionBatchTTL(ctx context.Context, sessions []session.Sess
 		}
 		body := joinJSON(head, items[ch.start:ch.end], tail)
 		var reply wire.SetSessionBatchReply
-		if err := c.call(ctx, wire.SubjectSetSessionBatch, body, &reply); err != nil {
+		if err := c.call(ctx, c.subjects[subjSetBatch], body, &reply); err != nil {
 			return berr.Stored, err
 		}
 		berr.Stored += reply.Stored
@@ -218,7 +243,7 @@ func (c *Client) GetSessions(ctx context.Context, q Query) ([]session.Session, e
 			return nil, fmt.Errorf("ipmapper: encode request: %w", err)
 		}
 		var reply wire.GetSessionsReply
-		if err := c.call(ctx, wire.SubjectGetSessions, body, &reply); err != nil {
+		if err := c.call(ctx, c.subjects[subjGet], body, &reply); err != nil {
 			return nil, err
 		}
 		out = append(out, reply.Sessions...)
@@ -270,7 +295,7 @@ func (c *Client) CleanSessions(ctx context.Context, r CleanRequest) (int, error)
 			return 0, fmt.Errorf("ipmapper: encode request: %w", err)
 		}
 		var reply wire.CleanSessionsReply
-		if err := c.call(ctx, wire.SubjectCleanSessions, body, &reply); err != nil {
+		if err := c.call(ctx, c.subjects[subjClean], body, &reply); err != nil {
 			return 0, err
 		}
 		return reply.Removed, nil
@@ -292,7 +317,7 @@ func (c *Client) CleanSessions(ctx context.Context, r CleanRequest) (int, error)
 			return removed, fmt.Errorf("ipmapper: %s[%d] does not fit in a NATS message", listKey, ch.start)
 		}
 		var reply wire.CleanSessionsReply
-		if err := c.call(ctx, wire.SubjectCleanSessions, joinJSON(head, items[ch.start:ch.end], tail), &reply); err != nil {
+		if err := c.call(ctx, c.subjects[subjClean], joinJSON(head, items[ch.start:ch.end], tail), &reply); err != nil {
 			return removed, err
 		}
 		removed += reply.Removed

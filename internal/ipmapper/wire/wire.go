@@ -14,23 +14,68 @@ import (
 	"github.com/svc-pf/svc-pf/internal/session"
 )
 
-// Service identity and subjects. The endpoints live in the micro group
-// Group, so each command's subject is "ipmapper.<command>".
+// Service identity and subjects. The endpoints of the IP Mapper of bucket
+// B live in the micro group "ipmapper.B" (Group), so each command's subject
+// is "ipmapper.B.<command>" (Subject): an orgmanager reaches exactly the IP
+// Mapper of the bucket its nodes follow, never another bucket's on the same
+// NATS. Version 2 is the first with the bucket in the subjects; a version 1
+// IP Mapper (fixed "ipmapper.<command>" subjects, no lock) is a conflict
+// the IP Mapper refuses to start beside.
 const (
 	ServiceName    = "ipmapper"
-	ServiceVersion = "1.0.0"
-	Group          = "ipmapper"
+	ServiceVersion = "2.0.0"
+	GroupPrefix    = "ipmapper"
 
 	CmdSetSession      = "set-session"
 	CmdSetSessionBatch = "set-session-batch"
 	CmdGetSessions     = "get-sessions"
 	CmdCleanSessions   = "clean-sessions"
 
-	SubjectSetSession      = Group + "." + CmdSetSession
-	SubjectSetSessionBatch = Group + "." + CmdSetSessionBatch
-	SubjectGetSessions     = Group + "." + CmdGetSessions
-	SubjectCleanSessions   = Group + "." + CmdCleanSessions
+	// The subjects of the default bucket (session.Bucket).
+	SubjectSetSession      = GroupPrefix + "." + session.Bucket + "." + CmdSetSession
+	SubjectSetSessionBatch = GroupPrefix + "." + session.Bucket + "." + CmdSetSessionBatch
+	SubjectGetSessions     = GroupPrefix + "." + session.Bucket + "." + CmdGetSessions
+	SubjectCleanSessions   = GroupPrefix + "." + session.Bucket + "." + CmdCleanSessions
 )
+
+// Keys of the micro service's metadata ($SRV.INFO/PING.ipmapper): which
+// bucket an instance serves and which lock it holds, so that an operator
+// (and an IP Mapper checking for conflicts) can tell instances apart.
+const (
+	MetadataBucket     = "bucket"
+	MetadataLockBucket = "lock_bucket"
+	MetadataInstance   = "instance"
+)
+
+// Group is the micro group of the IP Mapper of bucket.
+func Group(bucket string) string { return GroupPrefix + "." + bucket }
+
+// Subject is the subject of cmd at the IP Mapper of bucket.
+func Subject(bucket, cmd string) string { return Group(bucket) + "." + cmd }
+
+// maxBucketLen bounds a bucket name: it is a KV bucket (stream "KV_<name>")
+// and a subject token, and a name this long is a typo, not a design.
+const maxBucketLen = 64
+
+// ValidBucket checks a JetStream key-value bucket name: 1 to 64 of
+// [A-Za-z0-9_-], the charset nats.go accepts for a bucket. The name is also
+// a token of the IP Mapper's subjects, where '.', '*', '>' or a space would
+// change what the subject means; the charset excludes them all.
+func ValidBucket(name string) error {
+	if name == "" {
+		return errors.New("bucket name is empty")
+	}
+	if len(name) > maxBucketLen {
+		return fmt.Errorf("bucket name %q is longer than %d characters", Truncate(name, maxBucketLen), maxBucketLen)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return fmt.Errorf("bucket name %q: character %q at %d is not allowed (use A-Z, a-z, 0-9, _ and -)", Truncate(name, maxBucketLen), rune(c), i)
+		}
+	}
+	return nil
+}
 
 // SetSessionRequest is the body of set-session.
 type SetSessionRequest struct {

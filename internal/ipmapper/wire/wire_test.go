@@ -55,3 +55,57 @@ func TestTruncate(t *testing.T) {
 		t.Error("a short string changed")
 	}
 }
+
+func TestValidBucket(t *testing.T) {
+	for _, name := range []string{"sessions", "sessions-eu_2", "A", strings.Repeat("b", 64)} {
+		if err := ValidBucket(name); err != nil {
+			t.Errorf("ValidBucket(%q) = %v, want nil", name, err)
+		}
+	}
+	for name, want := range map[string]string{
+		"":                      "empty",
+		"a.b":                   `character '.'`,
+		"a*":                    `character '*'`,
+		">":                     `character '>'`,
+		"a b":                   `character ' '`,
+		"sessions\n":            `character '\n'`,
+		"séssions":              "not allowed",
+		strings.Repeat("b", 65): "longer than 64",
+	} {
+		err := ValidBucket(name)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ValidBucket(%q) = %v, want an error containing %q", name, err, want)
+		}
+	}
+	if got := Subject("eu", CmdSetSession); got != "ipmapper.eu.set-session" {
+		t.Errorf("Subject = %q", got)
+	}
+	if SubjectGetSessions != Subject("sessions", CmdGetSessions) {
+		t.Errorf("SubjectGetSessions = %q, not the default bucket's subject", SubjectGetSessions)
+	}
+}
+
+// FuzzValidBucket: a name ValidBucket accepts is one subject token (no
+// '.', wildcard or space) and a valid UTF-8 string of at most 64 bytes; the
+// error text of a refused one is valid UTF-8 too (it reaches logs and
+// config errors).
+func FuzzValidBucket(f *testing.F) {
+	for _, s := range []string{"sessions", "a.b", "", ">", "s\xff", strings.Repeat("x", 70)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		err := ValidBucket(name)
+		if err != nil {
+			if !utf8.ValidString(err.Error()) && utf8.ValidString(name) {
+				t.Fatalf("error text not UTF-8: %q", err)
+			}
+			return
+		}
+		if len(name) == 0 || len(name) > 64 || strings.ContainsAny(name, ".*> \t\r\n") || !utf8.ValidString(name) {
+			t.Fatalf("ValidBucket accepted %q", name)
+		}
+		if subj := Subject(name, CmdSetSession); strings.Count(subj, ".") != 2 {
+			t.Fatalf("subject %q has more than three tokens", subj)
+		}
+	})
+}

@@ -1,0 +1,76 @@
+package ipmapper
+
+import (
+	"encoding/json"
+	"errors"
+	"net/netip"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/svc-pf/svc-pf/internal/identity"
+	"github.com/svc-pf/svc-pf/internal/ipmapper/mapperclient"
+	"github.com/svc-pf/svc-pf/internal/session"
+)
+
+// TestCleanAfterUnreadableFailedWrite: a write that failed here but landed
+// in the bucket, and that the reconcile could not read back because the
+// bus was away, is read back before the next command, so that a clean by
+// organisation removes it from the bucket too (found by
+// TestNATSClusterNodeLossDuringWrites in internal/app: the sessions of a
+// deleted organisation stayed on every node). Without retryUncertain the
+// clean selects from the table alone and leaves the key in the bucket.
+func TestCleanAfterUnreadableFailedWrite(t *testing.T) {
+	ctx := ctxT(t)
+	f := startFixture(t, nil)
+	if _, err := f.client.SetSession(ctx, session.Session{ID: "kept", Org: "acme"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	// The write whose ack was lost: in the bucket, not in the table.
+	landed := session.Session{ID: "landed", Org: "acme", Attributes: identity.Attributes{Username: "late"},
+		Allocations: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/28")}, UpdatedAt: f.clock.Now()}
+	b, err := json.Marshal(landed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kvOf(t, f.bus.nc).Put(ctx, "landed", b); err != nil {
+		t.Fatal(err)
+	}
+
+	// Its reconcile runs while NATS is away: the read fails.
+	port := f.bus.srv.Port()
+	f.bus.srv.Shutdown()
+	eventually(t, "the client to notice the outage", func() bool { return !f.bus.nc.IsConnected() })
+	f.svc.mu.Lock()
+	f.svc.reconcile([]string{"landed"})
+	uncertain := len(f.svc.store.uncertain)
+	f.svc.mu.Unlock()
+	if uncertain != 1 {
+		t.Fatalf("%d uncertain keys after a reconcile without NATS, want 1", uncertain)
+	}
+
+	srv, err := natsbusRestart(f.bus.dir, port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.bus.srv = srv
+	var removed int
+	eventually(t, "clean-sessions to answer after the NATS restart", func() bool {
+		removed, err = f.client.CleanSessions(ctx, mapperclient.CleanRequest{Org: "acme", All: true})
+		return err == nil
+	})
+	if removed != 2 {
+		t.Errorf("clean of acme removed %d sessions, want 2 (kept and landed)", removed)
+	}
+	for _, id := range []string{"kept", "landed"} {
+		if _, err := kvOf(t, f.bus.nc).Get(ctx, id); !errors.Is(err, jetstream.ErrKeyNotFound) {
+			t.Errorf("%s still in the bucket after the clean of its organisation: %v", id, err)
+		}
+	}
+	f.svc.mu.Lock()
+	uncertain = len(f.svc.store.uncertain)
+	f.svc.mu.Unlock()
+	if uncertain != 0 {
+		t.Errorf("%d keys still uncertain after a command read them back", uncertain)
+	}
+}
