@@ -227,7 +227,7 @@ func (ix *Index) search(p *probe, name, path string) (Match, bool) {
 
 // slotMatch applies the §6.2 rule to the name in the slot at o of blob.
 func (ix *Index) slotMatch(blob string, o int, name, path string) (Match, bool) {
-	if blob[o+5] == slotInline {
+	if blob[o+5] != slotRecord {
 		return Match{Name: name, Codes: ix.sets[le16(blob, o+6)-1]}, true
 	}
 	r := recordReader{s: blob, i: int(le32(blob, o+8))}

@@ -79,7 +79,9 @@ func FuzzIndex(f *testing.F) {
 	})
 }
 
-var fuzzLabels = []string{"a", "b", "com", "net", "www", "example", strings.Repeat("long", 9), "x-y"}
+// fuzzLabels: names up to 24 bytes, names of 25 to 32 (packed in their
+// entries), longer ones (records).
+var fuzzLabels = []string{"a", "b", "com", "net", "www", "example-cdn_tracker", strings.Repeat("long", 9), "x-y"}
 
 // fuzzLine decodes one line of FuzzIndex's program.
 func fuzzLine(p []byte) feed.Line {

@@ -105,9 +105,11 @@ func checkIndexEqual(t *testing.T, ix *Index, ref indexRef, rnd *rand.Rand, what
 
 // The property test's names and paths are drawn from small sets, so that
 // names are parents of one another, keys are overwritten and removed, and
-// a name has path entries and an entry of its own.
+// a name has path entries and an entry of its own. The long label makes
+// names past the 24 bytes an entry holds as they are, within the 32 it
+// holds packed, and past those.
 var (
-	indexPropLabels = []string{"a", "b", "c", "xy", "www", "com", "net", "co"}
+	indexPropLabels = []string{"a", "b", "c", "xy", "www", "com", "net", "co", "cdn-tracker_0123"}
 	indexPropPaths  = []string{"", "/", "/a", "/a/b", "/ab", "/b", "/a/b/c", "/a/b/c/d", "/abc", "/b/a"}
 )
 
