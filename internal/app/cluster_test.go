@@ -350,10 +350,9 @@ func TestNATSClusterNodeLossDuringWrites(t *testing.T) {
 	began := time.Now()
 	cl := startNATSCluster(t)
 
-	// The cluster takes a moment to elect its JetStream meta leader. The
-	// settings bucket is made with three replicas ahead, as an operator
-	// does (docs/operations.md); the IP Mapper makes the sessions bucket
-	// with sessions.replicas.
+	// The cluster takes a moment to elect its JetStream meta leader; the
+	// services below create their buckets with three replicas themselves
+	// (sessions.replicas, settings.replicas), which needs that leader.
 	admin := cl.connect(2, "admin")
 	adminJS, err := jetstream.New(admin)
 	if err != nil {
@@ -362,7 +361,7 @@ func TestNATSClusterNodeLossDuringWrites(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := adminJS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: settings.Bucket, History: 1, Replicas: 3})
+		_, err := adminJS.AccountInfo(ctx)
 		cancel()
 		if err == nil {
 			break
@@ -421,6 +420,7 @@ func TestNATSClusterNodeLossDuringWrites(t *testing.T) {
 	ocfg := DefaultOrgManagerConfig()
 	ocfg.HTTP.Address = "127.0.0.1:0"
 	ocfg.Database.URL = dbURL
+	ocfg.Settings.Replicas = 3
 	ocfg.Deploy.RetryMin, ocfg.Deploy.RetryMax = 20*time.Millisecond, 500*time.Millisecond
 	ocfg.Deploy.PublishTimeout = 2 * time.Second
 	omNC := cl.connect(0, "orgmanager")
@@ -586,6 +586,20 @@ func TestNATSClusterNodeLossDuringWrites(t *testing.T) {
 	conns := map[string]*nats.Conn{"IP Mapper": mapperNC, "orgmanager": omNC, nodes[0].name: nodes[0].nc, nodes[1].name: nodes[1].nc}
 	for name, nc := range conns {
 		t.Logf("%s: on %s, %d reconnects", name, nc.ConnectedUrl(), nc.Stats().Reconnects)
+	}
+	// Both buckets were created by the services with the replicas their
+	// configs name: a NATS server lost must not lose a bucket.
+	for _, bucket := range []string{session.Bucket, settings.Bucket} {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		st, err := adminJS.Stream(ctx, "KV_"+bucket)
+		if err == nil {
+			if r := st.CachedInfo().Config.Replicas; r != 3 {
+				t.Errorf("bucket %s has %d replicas, want 3", bucket, r)
+			}
+		} else {
+			t.Errorf("bucket %s: %v", bucket, err)
+		}
+		cancel()
 	}
 	// The outages really moved the clients of the servers shut down.
 	for _, name := range []string{"IP Mapper", "orgmanager", nodes[0].name} {

@@ -52,6 +52,13 @@ type OrgSessionsConfig struct {
 	Bucket string `yaml:"bucket"`
 }
 
+// OrgSettingsConfig is the orgmanager's `settings` section.
+type OrgSettingsConfig struct {
+	// Replicas of the settings bucket when the orgmanager creates it (3 on
+	// a NATS cluster); an existing bucket keeps its own.
+	Replicas int `yaml:"replicas"`
+}
+
 // OrgManagerConfig is the orgmanager's whole configuration file.
 type OrgManagerConfig struct {
 	HTTP     httpapi.Config    `yaml:"http"`
@@ -59,6 +66,7 @@ type OrgManagerConfig struct {
 	Database DatabaseConfig    `yaml:"database"`
 	NATS     NATSConfig        `yaml:"nats"`
 	Sessions OrgSessionsConfig `yaml:"sessions"`
+	Settings OrgSettingsConfig `yaml:"settings"`
 	Deploy   DeployConfig      `yaml:"deploy"`
 }
 
@@ -69,6 +77,7 @@ func DefaultOrgManagerConfig() OrgManagerConfig {
 		Log:      LogConfig{Level: "info"},
 		Database: DatabaseConfig{URL: "sqlite:" + defaultDataDir + "/orgmanager.db"},
 		Sessions: OrgSessionsConfig{Bucket: session.Bucket},
+		Settings: OrgSettingsConfig{Replicas: 1},
 		Deploy: DeployConfig{
 			Workers:              4,
 			VersionCheckInterval: 30 * time.Second,
@@ -90,6 +99,9 @@ func (c *OrgManagerConfig) Validate() error {
 	}
 	if err := wire.ValidBucket(c.Sessions.Bucket); err != nil {
 		errs = append(errs, fmt.Errorf("sessions.bucket: %w", err))
+	}
+	if r := c.Settings.Replicas; r < 1 || r > 5 {
+		errs = append(errs, fmt.Errorf("settings.replicas must be 1..5 (JetStream's range), not %d", r))
 	}
 	d := c.Deploy
 	if d.Workers < 1 || d.Workers > 1024 {
@@ -162,7 +174,7 @@ func StartOrgManager(ctx context.Context, cfg OrgManagerConfig, nc *nats.Conn, v
 		}
 		publisher = mapperPublisher{nc: nc, pub: mapperclient.Publisher{Client: client}}
 		ping = mapperPing(nc, client)
-		kv, err := natsbus.NewKV(nc, jetstream.KeyValueConfig{Bucket: settings.Bucket, History: 1})
+		kv, err := natsbus.NewKV(nc, jetstream.KeyValueConfig{Bucket: settings.Bucket, History: 1, Replicas: cfg.Settings.Replicas})
 		if err != nil {
 			store.Close()
 			return nil, err
