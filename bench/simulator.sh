@@ -40,6 +40,16 @@
 #                    print its top functions (go tool pprof -top)
 #        GOGC=…      passed to the server (Go's GC target; default 100)
 #        KEEP=1      keep the work directory (its path is printed)
+#        RATE=N      after each uniform/hot wrk run, a fixed-rate (open-loop) run
+#                    offering N requests/s for SECONDS (after a 5 s warm-up at
+#                    that rate) with `simulator load` (bench/simulator/load.go):
+#                    latencies from each request's due time, so queueing counts
+#                    (no coordinated omission); CONNS_OPEN=256 connections
+#        SERVER_TREE=DIR  build the server (`simulator serve`) from another
+#                    checkout of the repository, e.g. a baseline made with
+#                    `git archive HEAD | tar -x -C DIR`; gen, wrk.lua and the
+#                    load client stay this tree's, so both servers get the
+#                    same data and the same load
 # Needs: go, wrk (apt-get install -y wrk), curl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -74,13 +84,19 @@ vm() { awk -v f="$2:" '$1 == f { printf "%d MB", $2 / 1024 }' "/proc/$1/status";
 
 echo "== $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), load $(cut -d' ' -f1-3 /proc/loadavg), $(go version | cut -d' ' -f3)"
 go build -o "$work/simulator" ./bench/simulator
+server_bin="$work/simulator"
+if [ -n "${SERVER_TREE:-}" ]; then
+	server_bin="$work/simulator-server"
+	(cd "$SERVER_TREE" && go build -o "$server_bin" ./bench/simulator)
+	echo "== server built from $SERVER_TREE"
+fi
 echo "== generating: feed of $feed_keys keys, request paths"
 "$work/simulator" gen -work "$work" -lists "$lists" -feed-keys "$feed_keys" -sessions "$sessions" 2>&1 | sed 's/^/   /'
 
 echo "== starting the simulator: $sessions sessions, $workers Lua workers"
 micro=()
 [ "${MICRO:-}" = 1 ] && micro=(-micro)
-"$work/simulator" serve -work "$work" -sessions "$sessions" -workers "$workers" "${micro[@]}" \
+"$server_bin" serve -work "$work" -sessions "$sessions" -workers "$workers" "${micro[@]}" \
 	> "$work/serve.out" 2> "$work/serve.log" &
 server=$!
 addr=""
@@ -137,10 +153,33 @@ for run in $runs; do
 	if [ -n "$prof" ]; then
 		wait "$profiler" "$profiler2" || true
 		echo "   CPU profile of the server (go tool pprof -top):"
-		go tool pprof -top -nodecount 25 "$work/simulator" "$prof" 2>/dev/null | sed -n '4,40p' | sed 's/^/     /'
+		go tool pprof -top -nodecount 25 "$server_bin" "$prof" 2>/dev/null | sed -n '4,40p' | sed 's/^/     /'
 		echo "   by cumulative time:"
-		go tool pprof -top -cum -nodecount 40 "$work/simulator" "$prof" 2>/dev/null | sed -n '6,50p' | sed 's/^/     /'
+		go tool pprof -top -cum -nodecount 40 "$server_bin" "$prof" 2>/dev/null | sed -n '6,50p' | sed 's/^/     /'
 		echo "   bytes allocated over the profile (go tool pprof -top -sample_index=alloc_space -cum):"
-		go tool pprof -top -cum -sample_index=alloc_space -nodecount 25 "$work/simulator" "$prof.allocs" 2>/dev/null | sed -n '4,35p' | sed 's/^/     /'
+		go tool pprof -top -cum -sample_index=alloc_space -nodecount 25 "$server_bin" "$prof.allocs" 2>/dev/null | sed -n '4,35p' | sed 's/^/     /'
+	fi
+	if [ -n "${RATE:-}" ] && [ "$run" != info ]; then
+		echo "== $run at a fixed rate: simulator load -rate $RATE -duration ${seconds}s -conns ${CONNS_OPEN:-256} (after a 5 s warm-up at that rate)"
+		s0=$(cpu_of "$server")
+		m0=$(machine_busy)
+		t0=$(date +%s.%N)
+		/usr/bin/time -f '%U %S' -o "$work/load.time" \
+			"$work/simulator" load -addr "$addr" -paths "$paths" -rate "$RATE" -duration "${seconds}s" \
+			-warmup 5s -conns "${CONNS_OPEN:-256}" > "$work/load.out"
+		s1=$(cpu_of "$server")
+		m1=$(machine_busy)
+		w=$(awk '{ printf "%.2f", $1 + $2 }' "$work/load.time")
+		sed -n 's/^RESULT /   /p' "$work/load.out"
+		# wall time of warm-up + run: longer than SECONDS + 5 when the server
+		# falls behind and the backlog drains after the last request is due
+		d=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%d", b - a + 0.5 }')
+		awk -v s0="$s0" -v s1="$s1" -v m0="$m0" -v m1="$m1" -v w="$w" -v d="$d" -v c="$(nproc)" 'BEGIN {
+			srv = s1 - s0; all = m1 - m0; other = all - srv - w; if (other < 0) other = 0
+			idle = c * d - all; if (idle < 0) idle = 0
+			printf "   CPU over warm-up + run (%d cores × %d s = %d core-s): server %.1f, load client %.1f, everything else %.1f, idle %.1f\n",
+				c, d, c * d, srv, w, other, idle
+		}'
+		echo "   server RSS $(vm "$server" VmRSS) (peak $(vm "$server" VmHWM))"
 	fi
 done

@@ -4,6 +4,7 @@
 //
 //	simulator gen   -work DIR -lists DIR [-feed-keys N] [-sessions N] [-orgs N] [-paths N] [-hot N]
 //	simulator serve -work DIR [-sessions N] [-orgs N] [-workers N] [-listen ADDR] [-micro [-micro-profile FILE]]
+//	simulator load  -addr HOST:PORT -paths FILE [-rate N] [-duration D] [-warmup D] [-conns N]
 //
 // gen builds the feed directory DIR/feed with feedbuild (the real lists of
 // -lists, read in place, plus synthetic domains up to -feed-keys keys) and
@@ -21,6 +22,9 @@
 // default entry file; -workers Lua workers), prints "READY <addr>" on
 // stdout and serves until SIGINT/SIGTERM. With -micro it first measures,
 // in process and without HTTP, what one simulate costs in each layer.
+//
+// load offers requests at a fixed rate and reports latencies measured from
+// when each request was due (load.go).
 //
 // Sessions, settings and requests are functions of their index, so gen and
 // serve agree without sharing anything but the flags.
@@ -88,8 +92,15 @@ type params struct {
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: simulator gen|serve [flags]")
+		fmt.Fprintln(os.Stderr, "usage: simulator gen|serve|load [flags]")
 		os.Exit(2)
+	}
+	if os.Args[1] == "load" {
+		if err := load(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "simulator load:", err)
+			os.Exit(1)
+		}
+		return
 	}
 	var p params
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
@@ -634,6 +645,12 @@ func micro(ctx context.Context, p params, eng *policy.Engine, svc *simulator.Ser
 			_, _ = json.Marshal(body)
 		})
 		report("svc.Do + json.Marshal(body)", ns, al)
+		var buf []byte
+		ns, al = measure(func() {
+			body, _ := svc.Do(ctx, simulator.CallSimulateUser, next())
+			buf, _ = simulator.AppendBody(buf[:0], simulator.CallSimulateUser, body)
+		})
+		report("svc.Do + simulator.AppendBody (HTTP's)", ns, al)
 		// As the resolver does it: a reused Decision and Input.
 		d := policy.Decision{Trace: make([]policy.TraceEntry, 0, policy.TraceCap), Categories: make([]feed.Category, 0, 8)}
 		var in policy.Input

@@ -37,10 +37,11 @@ const maxExactInt = 1 << 53
 // converter converts between Go and Lua values for one worker; its buffers
 // are reused from call to call.
 type converter struct {
-	arrayMT *lua.LTable   // set on every array made from Go, so that an empty one stays an array
-	path    []*lua.LTable // the tables being converted, outermost first: a cycle check
-	values  int
-	ctx     context.Context
+	arrayMT  *lua.LTable // set on every array made from Go, so that an empty one stays an array
+	objectMT *lua.LTable // of every wrapped Go object (wrap.go)
+	path     []any       // the tables and wrapped objects being converted, outermost first: a cycle check
+	values   int
+	ctx      context.Context
 }
 
 // ctxCheckEvery is how many values toGo converts between looks at its
@@ -107,6 +108,10 @@ func (c *converter) goValue(lv lua.LValue) (any, error) {
 		return goNumber(v), nil
 	case *lua.LTable:
 		return c.goTable(v)
+	case *lua.LUserData:
+		if w, ok := v.Value.(*wrapped); ok {
+			return c.goWrapped(w)
+		}
 	}
 	return nil, &convError{msg: "a " + lv.Type().String() + " has no JSON form"}
 }
@@ -124,7 +129,7 @@ func (c *converter) goTable(t *lua.LTable) (any, error) {
 		return nil, &convError{msg: fmt.Sprintf("tables nested more than %d deep", maxDepth)}
 	}
 	for _, seen := range c.path {
-		if seen == t {
+		if seen == any(t) {
 			return nil, &convError{msg: "the table contains itself"}
 		}
 	}

@@ -4,8 +4,11 @@
 // Data flow: simulator HTTP handler → Pool.Call(ctx, "simulate_user", req) →
 // a free worker → the entry script's global function → the preloaded Go
 // built-ins (the simulator's svcpf module, Config.Modules) → the policy
-// engine; the function's returned table comes back as a Go value that the
-// simulator encodes as the JSON body (DESIGN.md §6.4, spec 2).
+// engine; a built-in's result enters Lua unconverted, as a userdata that
+// converts a field when the script reads it (wrap.go), and the function's
+// returned value comes back as a Go value — the built-in's own map when the
+// script did not change it — that the simulator encodes as the JSON body
+// (DESIGN.md §6.4, spec 2).
 //
 // The entry script is parsed and compiled once; every worker is its own
 // *lua.LState running that compiled chunk, so a worker's globals persist from

@@ -37,6 +37,13 @@ func FuzzCall(f *testing.F) {
 		"f = 3",
 		"local t = setmetatable({}, {__index = function(t, k) return k end}); function f() return t.x end",
 		"setmetatable(_G, {__index = function() error('boom') end})",
+		// built-in results wrapped as Go objects (wrap.go)
+		"function f() return require('svcpf').obj() end",
+		"function f() local r = require('svcpf').obj(); r.self = r; return r end",
+		"function f() local r = require('svcpf').obj(); r.x = nil; r.y = {r.n, r.list}; for k, v in pairs(r) do r[k .. '2'] = v end; return r end",
+		"function f() local r = require('svcpf').obj(); table.insert(r.list, r.n); return {r.n, r.list, next(r)} end",
+		"function f() local r = require('svcpf').obj(); return next(r, 'zz') end",
+		"function f() local r = require('svcpf').obj(); r.n.q = 1; return r end",
 	} {
 		f.Add(src)
 	}
@@ -48,6 +55,10 @@ func FuzzCall(f *testing.F) {
 			return args[0], nil
 		},
 		"fail": func(context.Context, []any) (any, error) { return nil, errors.New("failed") },
+		"obj": func(context.Context, []any) (any, error) {
+			return map[string]any{"x": "y", "n": map[string]any{"a": int64(1), "b": nil},
+				"list": []any{"a", map[string]any{"c": true}}}, nil
+		},
 	}
 	req := map[string]any{"domain": "example.com", "n": 1, "tags": []any{"a", "b"}, "verbose": true}
 	f.Fuzz(func(t *testing.T, src string) {

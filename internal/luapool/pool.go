@@ -54,7 +54,10 @@ type Module map[string]Func
 // Func is a Go built-in callable from Lua. Its arguments are converted from
 // Lua as Call converts results (nil, bool, string, int64, float64, []any,
 // map[string]any); the args slice is the callee's. Its result is converted
-// to Lua as Call converts arguments. A returned error is raised in Lua: the
+// to Lua as Call converts arguments, except that a map[string]any enters Lua
+// unconverted, as an object read field by field (wrap.go), and comes back
+// from Call as the same map if the script did not change it: a built-in
+// must not write a map it returned, nor its parts, after returning it. A returned error is raised in Lua: the
 // script may catch it with pcall (it reads as the error's message), and if it
 // does not, Call's error wraps this very error, so errors.As finds it. ctx is
 // the call's context: a built-in that honours it is stopped with the call.
@@ -223,7 +226,8 @@ func compile(name string, src []byte) (proto *lua.FunctionProto, err error) {
 func (p *Pool) Workers() int { return p.size }
 
 // Call runs the entry script's global function fn with arg (nil: no
-// argument) on a free worker and returns its first result converted to Go.
+// argument) on a free worker and returns its first result converted to Go
+// (a built-in's result the script returned unchanged: that very value).
 //
 // It waits for a free worker while ctx allows (returning ctx.Err() as soon
 // as ctx ends); the call then runs under ctx bounded by Config.CallTimeout,

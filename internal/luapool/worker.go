@@ -143,6 +143,8 @@ func (w *worker) openSandbox(modules map[string]Module) error {
 
 	w.conv.arrayMT = L.NewTable()
 	w.conv.arrayMT.RawSetString(jsonTypeField, lua.LString(jsonTypeArray))
+	w.conv.objectMT = w.conv.newObjectMT(L)
+	w.conv.installIteration(L)
 
 	w.errMT = L.NewTable()
 	w.errMT.RawSetString("__tostring", L.NewFunction(errToString))
@@ -261,7 +263,7 @@ func (w *worker) builtin(name string, f Func) lua.LGFunction {
 			ud.Metatable = w.errMT
 			L.Error(ud, 1)
 		}
-		lv, err := w.conv.toLua(L, res)
+		lv, err := w.conv.wrapResult(L, res)
 		if err != nil {
 			L.RaiseError("%s: result: %v", name, err)
 		}

@@ -1,6 +1,7 @@
 package simulator
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -57,25 +58,30 @@ type builtins struct {
 	version string
 	// docs are rendered effective documents by compiled policy: the
 	// engine shares one *settings.Effective among every session with the
-	// same layers, so rendering it once saves a JSON round trip per
-	// answer. Bounded: emptied when it holds maxDocs.
-	docs    sync.Map // *settings.Effective → map[string]any (read only)
+	// same layers, so rendering it once saves the encoding per answer.
+	// Bounded: emptied when it holds maxDocs.
+	docs    sync.Map // *settings.Effective → json.RawMessage (read only)
 	docsLen atomic.Int64
 }
 
-// maxDocs bounds builtins.docs.
-const maxDocs = 4096
+// maxDocs bounds builtins.docs: a rendered document is one byte slice (a
+// map of it was dozens of small objects for the GC to mark), so the bound
+// covers a quarter of the engine's policy cache rather than a sixteenth.
+const maxDocs = 16384
 
-// document renders e once; request settings or an explicit profile make a
-// document of one request, rendered without keeping it.
-func (b *builtins) document(e *settings.Effective, oneOff bool) map[string]any {
+// document renders e once, as the JSON the body carries: the body writer
+// copies the bytes, and luapool decodes them only for a script that reads
+// the settings (a json.RawMessage in a built-in's result). Request settings
+// or an explicit profile make a document of one request, rendered without
+// keeping it.
+func (b *builtins) document(e *settings.Effective, oneOff bool) json.RawMessage {
 	if e == nil || oneOff {
-		return documentMap(e)
+		return documentJSON(e)
 	}
 	if m, ok := b.docs.Load(e); ok {
-		return m.(map[string]any)
+		return m.(json.RawMessage)
 	}
-	m := documentMap(e)
+	m := documentJSON(e)
 	if b.docsLen.Add(1) > maxDocs {
 		b.docs.Clear()
 		b.docsLen.Store(1)
@@ -273,16 +279,19 @@ func (b *builtins) info() map[string]any {
 		"updated_at": b.clock().UTC().Format(time.RFC3339Nano)}
 }
 
-// documentMap is an effective document as a JSON object.
-func documentMap(e *settings.Effective) map[string]any {
-	m := map[string]any{}
+// documentJSON is an effective document as a compact JSON object, with
+// HTML characters unescaped as httpapi.WriteJSON writes them.
+func documentJSON(e *settings.Effective) json.RawMessage {
 	if e == nil {
-		return m
+		return json.RawMessage("{}")
 	}
-	if b, err := json.Marshal(&e.Document); err == nil {
-		_ = json.Unmarshal(b, &m) // a document always marshals to an object
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(&e.Document); err != nil {
+		return json.RawMessage("{}") // a document always marshals
 	}
-	return m
+	return json.RawMessage(bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
 }
 
 func addrString(a netip.Addr) any {

@@ -119,6 +119,10 @@ func (s *Service) natsCall(ctx context.Context, req micro.Request, call string, 
 	if call == CallCodeMappings && isEmpty(v) {
 		return nil, 204, fmt.Errorf("no feed codes loaded")
 	}
+	// The same bytes as over HTTP (jsonbody.go), without the newline.
+	if b, err := AppendBody(nil, call, v); err == nil {
+		return b, 0, nil
+	}
 	b, err := json.Marshal(v)
 	if err != nil {
 		return nil, 500, err

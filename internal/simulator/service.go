@@ -66,6 +66,8 @@ type Service struct {
 	info atomic.Pointer[[]byte]
 	// infoValue is the same payload decoded, for the status page.
 	infoValue atomic.Pointer[any]
+	// bodies encodes the domain and simulate bodies (jsonbody.go).
+	bodies bodyEncoders
 }
 
 // New builds the workers (each loads the entry file once) and the
@@ -293,7 +295,7 @@ func (s *Service) answer(w http.ResponseWriter, r *http.Request, call string, re
 		s.writeErr(w, r, err)
 		return
 	}
-	httpapi.WriteJSON(w, http.StatusOK, v)
+	s.bodies.writeBody(w, call, v)
 }
 
 // withNulls puts back the identity fields a trip through Lua dropped: a

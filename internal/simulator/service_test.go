@@ -51,7 +51,7 @@ func (o orgSettings) Stack(org string, a identity.Attributes) settings.Stack {
 }
 
 type fixture struct {
-	t     *testing.T
+	t     testing.TB
 	base  string
 	svc   *Service
 	reg   *prometheus.Registry
@@ -63,6 +63,8 @@ type fixtureOpts struct {
 	file    string
 	keys    []string
 	noFeeds bool
+	// callTimeout is lua.call_timeout; 0 is the default 5s.
+	callTimeout time.Duration
 }
 
 // buildFeed writes a feed directory from a CSV source: bad.example is
@@ -86,7 +88,7 @@ func buildFeed(t testing.TB) string {
 	return out
 }
 
-func newFixture(t *testing.T, o fixtureOpts) *fixture {
+func newFixture(t testing.TB, o fixtureOpts) *fixture {
 	t.Helper()
 	if o.workers == 0 {
 		o.workers = 2
@@ -124,7 +126,7 @@ func newFixture(t *testing.T, o fixtureOpts) *fixture {
 	}
 	reg := prometheus.NewRegistry()
 	var fs FeedSet = fc
-	svc, err := New(Config{Engine: eng, Feeds: fs, Workers: o.workers, File: o.file, APIKeys: o.keys,
+	svc, err := New(Config{Engine: eng, Feeds: fs, Workers: o.workers, File: o.file, APIKeys: o.keys, CallTimeout: o.callTimeout,
 		Region: "eu-test", Version: "test-1", Registerer: reg,
 		Counts: func() Counts { return Counts{Sessions: ix.Len()} }})
 	if err != nil {
@@ -442,7 +444,10 @@ function codemappings() return svcpf.codemappings() end
 function maintenance() return {} end
 function info() return svcpf.info() end
 `)
-	f := newFixture(t, fixtureOpts{workers: 1, file: file})
+	// The slow call must not hit the call bound on a loaded machine under
+	// -race (3M iterations took over 5 s there): only its holding the
+	// worker matters here.
+	f := newFixture(t, fixtureOpts{workers: 1, file: file, callTimeout: time.Minute})
 	before := testutil.ToFloat64(f.svc.metrics.calls.WithLabelValues(CallLookupDomain))
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -521,4 +526,57 @@ func natsMsg(subject, payload, key string) *nats.Msg {
 		m.Header.Set("X-API-Key", key)
 	}
 	return m
+}
+
+// TestScriptChangesTheBody: a built-in's result reaches the script as a Go
+// object (luapool wraps it); a script that reads, changes, adds, deletes
+// and iterates its fields gets the body it made, and the next answer is
+// untouched by it.
+func TestScriptChangesTheBody(t *testing.T) {
+	file := writeScript(t, `
+local svcpf = require("svcpf")
+function lookup_domain(req) return svcpf.lookup_domain(req) end
+function simulate_user(req)
+  local r = svcpf.simulate_user(req)
+  if req.vhost ~= "edit" then return r end
+  r.vhost = req.vhost
+  r.identity.note = "seen by " .. r.identity.username
+  local n = 0
+  for k, v in pairs(r) do n = n + 1 end
+  r.fields = n
+  table.insert(r.layers, "script")
+  r.categories[1].title = string.upper(r.categories[1].title)
+  r.settings.filtering = false
+  r.trace = nil
+  return r
+end
+function codemappings() return svcpf.codemappings() end
+function maintenance() return {} end
+function info() return svcpf.info() end
+`)
+	f := newFixture(t, fixtureOpts{file: file})
+	code, m := f.get("/api/v1/simulate?domain=www.bad.example&ip=10.0.0.2&vhost=edit")
+	if code != 200 {
+		t.Fatalf("%d %v", code, m)
+	}
+	id := m["identity"].(map[string]any)
+	layers := m["layers"].([]any)
+	cat := m["categories"].([]any)[0].(map[string]any)
+	if m["vhost"] != "edit" || id["note"] != "seen by alice" || m["fields"] != 13.0 ||
+		layers[len(layers)-1] != "script" || cat["title"] != "MALWARE" || m["settings"].(map[string]any)["filtering"] != false {
+		t.Fatalf("changed body %v", m)
+	}
+	if _, ok := m["trace"]; ok {
+		t.Fatalf("trace not deleted: %v", m)
+	}
+	if p, ok := id["profile"]; !ok || p != nil {
+		t.Fatalf("identity.profile %v, %v: want null", p, ok)
+	}
+	// The next answer of the same policy: nothing of the change is left in
+	// the shared settings document or anywhere else.
+	code, m = f.get("/api/v1/simulate?domain=www.bad.example&ip=10.0.0.2")
+	if code != 200 || m["settings"].(map[string]any)["filtering"] != true ||
+		m["categories"].([]any)[0].(map[string]any)["title"] != "malware" || m["vhost"] != nil || m["trace"] == nil {
+		t.Fatalf("unchanged body %d %v", code, m)
+	}
 }
