@@ -62,12 +62,18 @@
 # Usage: bench/resolver.sh
 #   env: DURATION=20 ROUNDS=1 LAT_SECONDS=5 LAT_QPS=20000 LAT_QPS_MISS=5000
 #        SERVERS="svcpf pdns pdns-tuned unbound"   which, in that order
+#                            (also: svcpf-base, see SVCPF_BASE_BIN)
 #        PHASES="hit-1c hit-16c hit-subs miss"
 #        HIT_NAMES=1000 MISS_NAMES=1500000
 #        SESSIONS=1000000 SETTINGS_USERS=1000 FEED_DOMAINS=1000000 FEED_HIT_SHARE=10
 #        SUBS_ACTIVE=SESSIONS  hit-subs draws its sources among this many subscribers
 #        SVCPF=0             peers only (no build)
 #        SVCPF_BIN=PATH      use this svc-pf binary instead of building one
+#        SVCPF_BASE_BIN=PATH with svcpf-base in SERVERS (after svcpf), a second
+#                            svc-pf resolver from this binary (another build,
+#                            to compare against) on 127.53.0.6:5305, same
+#                            sessions, settings and feed; the goals then also
+#                            print svcpf ÷ svcpf-base per phase
 #        SVCPF_CMD='…'       run the resolver with this command line instead
 #                            (bash -c; $SVCPF_CONFIG is the generated
 #                            resolver.yaml, which listens on 127.53.0.5:5304)
@@ -135,11 +141,18 @@ outside() {
 			echo "svc-pf resolver not available in this build: benchmarking the peers only"
 		fi
 	fi
+	if [[ " $SERVERS " == *" svcpf-base "* ]]; then
+		if [ $with_svcpf = 0 ] || [ -z "${SVCPF_BASE_BIN:-}" ]; then
+			log "svcpf-base needs svcpf in SERVERS and SVCPF_BASE_BIN: not measured"
+			SERVERS=$(for s in $SERVERS; do if [ "$s" != svcpf-base ]; then printf '%s ' "$s"; fi; done)
+			SERVERS=${SERVERS% }
+		fi
+	fi
 	if [ $with_svcpf = 0 ]; then
 		SERVERS=$(for s in $SERVERS; do if [ "$s" != svcpf ]; then printf '%s ' "$s"; fi; done)
 		SERVERS=${SERVERS% }
 	fi
-	export SERVERS SVCPF_BIN with_svcpf
+	export SERVERS SVCPF_BIN SVCPF_BASE_BIN with_svcpf
 
 	log "== generating: zone of $HIT_NAMES names (+ wildcard), hit queries$([ $with_svcpf = 1 ] && echo ", a feed of $FEED_DOMAINS domains")"
 	gen_zone "$WORK/bench.test.zone" "$HIT_NAMES"
@@ -200,7 +213,7 @@ inside() {
 		case $s in
 		unbound) start_unbound ;;
 		pdns | pdns-tuned) start_pdns "$s" ;;
-		svcpf) ;;
+		svcpf | svcpf-base) ;;
 		*) log "unknown server $s"; exit 1 ;;
 		esac
 	done
@@ -214,22 +227,26 @@ inside() {
 				CP_HOST=$CP_HOST AUTH=$AUTH bash "$hook"
 			nats=$(cat "$WORK/nats.url")
 		fi
-		local t0=$SECONDS
-		start_svcpf "$nats"
-		wait_dns svcpf 120 || { log "svc-pf resolver did not answer:"; tail -n 30 "$WORK/svcpf.log" >&2; exit 1; }
-		# ready: the feed loaded (/health) and, with NATS, every session
-		while :; do
-			local got=0
-			[ -n "$nats" ] && got=$(svcpf_sessions)
-			if curl -sf "http://$SVCPF_HTTP/health" > /dev/null && { [ -z "$nats" ] || [ "$got" -ge "$SESSIONS" ]; }; then break; fi
-			[ $((SECONDS - t0)) -lt 600 ] || { log "svc-pf not ready after 600 s (sessions $got)"; exit 1; }
-			kill -0 "${PID[svcpf]}" 2> /dev/null || { tail -n 30 "$WORK/svcpf.log" >&2; exit 1; }
-			sleep 1
+		local name
+		for name in svcpf svcpf-base; do
+			if [[ " $SERVERS " != *" $name "* ]]; then continue; fi
+			local t0=$SECONDS
+			start_svcpf "$nats" "$name"
+			wait_dns "$name" 120 || { log "$name resolver did not answer:"; tail -n 30 "$WORK/$name.log" >&2; exit 1; }
+			# ready: the feed loaded (/health) and, with NATS, every session
+			while :; do
+				local got=0
+				[ -n "$nats" ] && got=$(svcpf_sessions "$name")
+				if curl -sf "http://${HTTP[$name]}/health" > /dev/null && { [ -z "$nats" ] || [ "$got" -ge "$SESSIONS" ]; }; then break; fi
+				[ $((SECONDS - t0)) -lt 600 ] || { log "$name not ready after 600 s (sessions $got)"; exit 1; }
+				kill -0 "${PID[$name]}" 2> /dev/null || { tail -n 30 "$WORK/$name.log" >&2; exit 1; }
+				sleep 1
+			done
+			echo "   $name resolver ready in $((SECONDS - t0)) s: sessions $([ -n "$nats" ] && svcpf_sessions "$name" || echo "none (no NATS)"), feed loaded, RSS $(awk '/VmRSS/ { printf "%d MB", $2 / 1024 }' "/proc/${PID[$name]}/status")"
 		done
-		echo "   svc-pf resolver ready in $((SECONDS - t0)) s: sessions $([ -n "$nats" ] && svcpf_sessions || echo "none (no NATS)"), feed loaded, RSS $(awk '/VmRSS/ { printf "%d MB", $2 / 1024 }' "/proc/${PID[svcpf]}/status")"
 	fi
 	for s in $SERVERS; do
-		if [ "$s" = svcpf ]; then continue; fi
+		if [ "$s" = svcpf ] || [ "$s" = svcpf-base ]; then continue; fi
 		wait_dns "$s" 30 || { log "$s did not answer"; tail -n 20 "$WORK/$s/"*.log >&2; exit 1; }
 	done
 	for s in $SERVERS; do echo "   $s: $(version_of "$s") on ${ADDR[$s]}, pid ${PID[$s]}"; done
@@ -331,6 +348,8 @@ report() {
 				for (i = 1; i <= n; i++) { s = peers[i]; if (!((k, s) in q)) continue
 					if (q[k, s] > bq) { bq = q[k, s]; bqn = s }
 					if (c[k, s] < bc) { bc = c[k, s]; bcn = s } }
+				if ((k, "svcpf-base") in q && q[k, "svcpf-base"] > 0 && c[k, "svcpf-base"] > 0)
+					printf "round %s %-8s svcpf vs svcpf-base: qps %.0f vs %.0f: %.2f×; CPU/query %.2f vs %.2f µs: %.2f×\n", r, p, q[k, "svcpf"], q[k, "svcpf-base"], q[k, "svcpf"] / q[k, "svcpf-base"], c[k, "svcpf"], c[k, "svcpf-base"], c[k, "svcpf"] / c[k, "svcpf-base"]
 				if (bqn == "") continue
 				if (p == "miss") {
 					if ((k, "unbound") in c)

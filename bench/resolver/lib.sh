@@ -10,6 +10,7 @@
 #   pdns-recursor, Debian defaults      127.53.0.3:5302
 #   pdns-recursor, tuned                127.53.0.4:5303
 #   svc-pf resolver                     127.53.0.5:5304 (API 127.53.0.5:8082)
+#   svc-pf resolver, SVCPF_BASE_BIN     127.53.0.6:5305 (API 127.53.0.6:8082)
 #   control plane (svc-pf all)          127.53.0.9 (NATS :4223, orgmanager :8080)
 #   dnsperf                             127.16.0.1 (subscriber 1), or 127.0.0.2
 #                                       rewritten to a random subscriber's
@@ -22,8 +23,13 @@ declare -A ADDR=(
 	[pdns]=127.53.0.3:5302
 	[pdns-tuned]=127.53.0.4:5303
 	[svcpf]=127.53.0.5:5304
+	[svcpf-base]=127.53.0.6:5305
 )
-SVCPF_HTTP=127.53.0.5:8082
+declare -A HTTP=(
+	[svcpf]=127.53.0.5:8082
+	[svcpf-base]=127.53.0.6:8082
+)
+SVCPF_HTTP=${HTTP[svcpf]}
 CP_HOST=127.53.0.9
 # Subscriber addresses: 127.16.0.0 + i for session i (i < SESSIONS ≤ 2^20),
 # one /32 each.
@@ -221,16 +227,20 @@ EOF
 }
 
 # svc-pf resolver: the config DESIGN.md §6.5 names, written to
-# $WORK/resolver.yaml; SVCPF_CMD (run with bash -c, SVCPF_CONFIG set to
-# that file) replaces the command line.
-start_svcpf() { # NATS_URL (may be empty)
-	local a=${ADDR[svcpf]} nats=$1
-	cat > "$WORK/resolver.yaml" <<EOF
+# $WORK/NAME.yaml (resolver.yaml for svcpf); SVCPF_CMD (run with bash -c,
+# SVCPF_CONFIG set to that file) replaces svcpf's command line. svcpf-base
+# is the same resolver from SVCPF_BASE_BIN (a build to compare against), on
+# its own address, following the same NATS and feed.
+start_svcpf() { # NATS_URL (may be empty) [NAME: svcpf | svcpf-base]
+	local nats=$1 name=${2:-svcpf}
+	local a=${ADDR[$name]} conf=$WORK/resolver.yaml
+	[ "$name" = svcpf ] || conf=$WORK/$name.yaml
+	cat > "$conf" <<EOF
 dns:
   listen: ["$a"]
 forwarders: ["$AUTH"]
 http:
-  address: $SVCPF_HTTP
+  address: ${HTTP[$name]}
 api:
   key: bench
 allow_from: ["127.0.0.0/8"]
@@ -241,13 +251,15 @@ nats:
 feeds:
   - {name: bench, url: "$WORK/feed", poll_interval: 5s}
 EOF
-	if [ -n "${SVCPF_CMD:-}" ]; then
-		SVCPF_CONFIG="$WORK/resolver.yaml" bash -c "exec $SVCPF_CMD" > "$WORK/svcpf.log" 2>&1 &
+	if [ "$name" = svcpf-base ]; then
+		"$SVCPF_BASE_BIN" resolver -c "$conf" > "$WORK/$name.log" 2>&1 &
+	elif [ -n "${SVCPF_CMD:-}" ]; then
+		SVCPF_CONFIG="$conf" bash -c "exec $SVCPF_CMD" > "$WORK/svcpf.log" 2>&1 &
 	else
-		"$SVCPF_BIN" resolver -c "$WORK/resolver.yaml" > "$WORK/svcpf.log" 2>&1 &
+		"$SVCPF_BIN" resolver -c "$conf" > "$WORK/svcpf.log" 2>&1 &
 	fi
-	PID[svcpf]=$!
-	track "${PID[svcpf]}"
+	PID[$name]=$!
+	track "${PID[$name]}"
 }
 
 # wait_dns NAME SECONDS — until the server answers h0.bench.test A.
@@ -265,9 +277,10 @@ wait_dns() {
 	return 1
 }
 
-# svcpf_sessions — the sessions the resolver's read model holds (/metrics).
+# svcpf_sessions [NAME] — the sessions the resolver's read model holds
+# (/metrics).
 svcpf_sessions() {
-	{ curl -sf "http://$SVCPF_HTTP/metrics" 2> /dev/null || true; } |
+	{ curl -sf "http://${HTTP[${1:-svcpf}]}/metrics" 2> /dev/null || true; } |
 		awk '/^svcpf_readmodel_entries\{bucket="sessions"\}/ { print $2 + 0; f = 1 } END { if (!f) print 0 }'
 }
 
@@ -276,6 +289,7 @@ version_of() {
 	unbound) unbound -V 2>/dev/null | sed -n 's/^Version /unbound /p' ;;
 	pdns | pdns-tuned) pdns_recursor --version 2>&1 | grep -o 'PowerDNS Recursor [^ ]*' | head -n1 ;;
 	svcpf) if [ -n "${SVCPF_CMD:-}" ]; then echo "SVCPF_CMD=$SVCPF_CMD"; else "$SVCPF_BIN" --version 2>/dev/null; fi ;;
+	svcpf-base) echo "$("$SVCPF_BASE_BIN" --version 2>/dev/null) ($SVCPF_BASE_BIN)" ;;
 	esac
 }
 

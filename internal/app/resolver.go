@@ -28,6 +28,9 @@ type DNSConfig struct {
 	Listen []string `yaml:"listen"`
 	// UDPSockets per address (SO_REUSEPORT); default GOMAXPROCS.
 	UDPSockets int `yaml:"udp_sockets"`
+	// UDPBatch is how many datagrams a socket's reader takes with one
+	// recvmmsg and answers with one sendmmsg; default 32.
+	UDPBatch int `yaml:"udp_batch"`
 	// Debug answers CHAOS TXT queries with the decision's trace.
 	Debug bool         `yaml:"debug"`
 	TCP   DNSTCPConfig `yaml:"tcp"`
@@ -129,6 +132,9 @@ func (c *ResolverConfig) parse() (resolverSettings, error) {
 	if c.DNS.UDPSockets < 0 || c.DNS.TCP.MaxConnections < 0 {
 		errs = append(errs, errors.New("dns.udp_sockets and dns.tcp.max_connections must not be negative"))
 	}
+	if c.DNS.UDPBatch < 0 || c.DNS.UDPBatch > resolver.MaxUDPBatch {
+		errs = append(errs, fmt.Errorf("dns.udp_batch: %d is not within 0…%d", c.DNS.UDPBatch, resolver.MaxUDPBatch))
+	}
 	errs = append(errs, prefixed("dns", c.DNS.Cache.Validate()), c.Log.validate())
 	return s, errors.Join(errs...)
 }
@@ -173,7 +179,7 @@ func StartResolver(cfg ResolverConfig, models *readModels, v Version, reg promet
 		return nil, err
 	}
 	r, err := resolver.New(resolver.Config{
-		Listen: s.listen, UDPSockets: cfg.DNS.UDPSockets, Forwarders: s.forwarders, AllowFrom: s.allowFrom,
+		Listen: s.listen, UDPSockets: cfg.DNS.UDPSockets, UDPBatch: cfg.DNS.UDPBatch, Forwarders: s.forwarders, AllowFrom: s.allowFrom,
 		Debug: cfg.DNS.Debug, TCPMaxConnections: cfg.DNS.TCP.MaxConnections, TCPIdleTimeout: cfg.DNS.TCP.IdleTimeout,
 		BlockTTL: cfg.DNS.Block.TTL, Cache: cfg.DNS.Cache, Engine: eng, Generation: models.Generation,
 		Version: string(v), Logger: log, Registerer: reg,

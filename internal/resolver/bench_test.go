@@ -77,6 +77,39 @@ func BenchmarkUDPCacheHitParallel(b *testing.B) {
 	report(b, cpu)
 }
 
+// BenchmarkUDPCacheHitBurst: one client keeps 32 queries in flight (as
+// dnsperf -q does), writing a burst and then reading its replies: the
+// server's reader takes many at once (recvmmsg, dns.udp_batch) and answers
+// them with one sendmmsg. One op is one query.
+func BenchmarkUDPCacheHitBurst(b *testing.B) {
+	const inFlight = 32
+	e := newEnv(b, nil)
+	c := e.udpClient("")
+	pkt := mustPack(b, query("bench.test", dns.TypeA, 1232, false))
+	buf := make([]byte, 65535)
+	_ = c.SetReadDeadline(time.Now().Add(time.Hour))
+	e.mustAsk("udp", "", query("bench.test", dns.TypeA, 1232, false))
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu := cpuTime()
+	for done := 0; done < b.N; {
+		n := min(inFlight, b.N-done)
+		for range n {
+			if _, err := c.Write(pkt); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for range n {
+			if _, err := c.Read(buf); err != nil {
+				b.Fatal(err)
+			}
+		}
+		done += n
+	}
+	b.StopTimer()
+	report(b, cpu)
+}
+
 // BenchmarkUDPMiss: every query a new name: the slow path (a goroutine,
 // miekg/dns unpack, the policy, the record cache miss, the forwarder on
 // loopback, the packet cache store).

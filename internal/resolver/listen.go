@@ -54,8 +54,8 @@ func (r *Resolver) listenOn(ap netip.AddrPort, slow chan struct{}) error {
 		}
 		conn := pc.(*net.UDPConn)
 		port = conn.LocalAddr().(*net.UDPAddr).AddrPort().Port()
-		socks = append(socks, &udpSocket{conn: conn, addr: netip.AddrPortFrom(ap.Addr(), port),
-			reader: r.packets.NewReader(), shard: r.stats.Shard(uint(r.shardSeq.Add(1))), slow: slow})
+		socks = append(socks, newUDPSocket(conn, netip.AddrPortFrom(ap.Addr(), port), r.packets.NewReader(),
+			r.stats.Shard(uint(r.shardSeq.Add(1))), slow, r.cfg.UDPBatch))
 	}
 	ln, err := net.Listen("tcp", netip.AddrPortFrom(ap.Addr(), port).String())
 	if err != nil {

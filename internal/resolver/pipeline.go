@@ -55,6 +55,10 @@ type query struct {
 	tcp    bool
 	start  time.Time
 	shard  *stats.Shard
+	// policy is the client's, when the caller already found it (the UDP
+	// reader, for the packet cache's key): the reply is then decided by
+	// the policy it will be stored under. nil: found here.
+	policy *policy.Policy
 }
 
 // resolve answers q; a nil reply means drop.
@@ -65,7 +69,10 @@ func (r *Resolver) resolve(ctx context.Context, q *query) *dns.Msg {
 	}
 	qs := req.Question[0]
 	v := r.engine.View()
-	p, _, _ := r.engine.PolicyFor(&v, q.client)
+	p := q.policy
+	if p == nil {
+		p, _, _ = r.engine.PolicyFor(&v, q.client)
+	}
 
 	// 5. debug
 	if qs.Qclass == dns.ClassCHAOS {

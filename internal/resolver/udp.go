@@ -9,7 +9,10 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"golang.org/x/net/ipv4"
+	"golang.org/x/net/ipv6"
 
+	"github.com/svc-pf/svc-pf/internal/policy"
 	"github.com/svc-pf/svc-pf/internal/resolver/cache"
 	"github.com/svc-pf/svc-pf/internal/resolver/dnswire"
 	"github.com/svc-pf/svc-pf/internal/resolver/stats"
@@ -23,94 +26,211 @@ const maxSlowInFlight = 8192
 // udpSocket is one SO_REUSEPORT socket and its reader.
 type udpSocket struct {
 	conn   *net.UDPConn
+	batch  batchConn // conn's recvmmsg/sendmmsg
 	addr   netip.AddrPort
 	reader *cache.PacketReader
 	shard  *stats.Shard
 	slow   chan struct{} // the slow path's semaphore, shared by the sockets
+	size   int           // packets per batch (dns.udp_batch)
+}
+
+// batchConn reads and writes several datagrams per system call:
+// recvmmsg/sendmmsg on Linux, one per call elsewhere (golang.org/x/net's
+// ipv4 and ipv6 PacketConn, whose Message types are one type).
+type batchConn interface {
+	ReadBatch(ms []ipv4.Message, flags int) (int, error)
+	WriteBatch(ms []ipv4.Message, flags int) (int, error)
+}
+
+// maxUDPQuery is the largest UDP query read whole; a larger one is
+// answered FORMERR. A query is a header, a name of at most 255 bytes, and
+// an OPT whose options (cookies, client subnet, padding) stay far below
+// this: PowerDNS reads 512 bytes and drops the rest (truncated-drops).
+// Per-slot buffers of this size keep a batch small (udp_batch × 4 KiB).
+const maxUDPQuery = 4096
+
+// replyCap is the capacity each reply slot starts with: a packet-cache
+// answer never exceeds the client's payload size (at most 65535, usually
+// 1232 or less); a slot that has to grow keeps its larger buffer.
+const replyCap = 4096
+
+func newUDPSocket(conn *net.UDPConn, addr netip.AddrPort, reader *cache.PacketReader, shard *stats.Shard,
+	slow chan struct{}, size int) *udpSocket {
+	var bc batchConn
+	if addr.Addr().Is4() {
+		bc = ipv4.NewPacketConn(conn)
+	} else {
+		bc = ipv6.NewPacketConn(conn)
+	}
+	return &udpSocket{conn: conn, batch: bc, addr: addr, reader: reader, shard: shard, slow: slow, size: size}
 }
 
 func (s *udpSocket) close() { _ = s.conn.Close() }
 
-// serve reads queries until the socket is closed. Packet-cache hits are
-// answered here from wire bytes (steps 1–4 of pipeline.go) without an
-// allocation; misses go to a goroutine each.
+// udpBatch is a socket reader's buffers: the datagrams of one recvmmsg and
+// the replies of one sendmmsg, allocated once.
+type udpBatch struct {
+	in   []ipv4.Message
+	out  []ipv4.Message
+	bufs [][]byte // reply buffers, one per out slot, reused across batches
+	n    int      // replies queued in out
+}
+
+func newUDPBatch(size int) *udpBatch {
+	b := &udpBatch{in: make([]ipv4.Message, size), out: make([]ipv4.Message, size), bufs: make([][]byte, size)}
+	for i := range size {
+		b.in[i].Buffers = [][]byte{make([]byte, maxUDPQuery)}
+		b.out[i].Buffers = make([][]byte, 1)
+		b.bufs[i] = make([]byte, 0, replyCap)
+	}
+	return b
+}
+
+// slot is the buffer the next reply is appended to.
+func (b *udpBatch) slot() []byte { return b.bufs[b.n][:0] }
+
+// queue adds reply (built in slot()) for to.
+func (b *udpBatch) queue(reply []byte, to net.Addr) {
+	b.bufs[b.n] = reply[:0] // keep a buffer that had to grow
+	b.out[b.n].Buffers[0] = reply
+	b.out[b.n].Addr = to
+	b.n++
+}
+
+// serve reads queries until the socket is closed, a batch at a time: one
+// recvmmsg returns every datagram waiting (up to dns.udp_batch), the
+// packet-cache hits among them are answered from wire bytes (steps 1–4 of
+// pipeline.go) into the batch's reply buffers, the misses go to a
+// goroutine each (the loop never waits for a forwarder), and one sendmmsg
+// writes all the replies. Under load a system call carries many packets,
+// at low load a batch is one packet and nothing waits for a batch to fill.
+// No allocation but x/net's source address of each datagram read.
 func (s *udpSocket) serve(r *Resolver) {
-	buf := make([]byte, 65535)
-	out := make([]byte, 0, 65535)
+	b := newUDPBatch(s.size)
 	var q dnswire.Query
 	var key cache.PacketKey
 	memo := newPolicyMemo()
 	for {
-		n, from, err := s.conn.ReadFromUDPAddrPort(buf)
+		n, err := s.batch.ReadBatch(b.in, 0)
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
 			continue
 		}
-		client := from.Addr().Unmap()
-		if !r.allowed(client) {
-			s.shard.Inc(stats.UnauthorizedUDP) // dropped, as PowerDNS does
-			continue
-		}
-		if err := q.Parse(buf[:n]); err != nil {
-			var pe dnswire.ParseError
-			errors.As(err, &pe)
-			countParseError(s.shard, pe)
-			if pe != 0 && !pe.Drop() {
-				out = dnswire.AppendError(out[:0], &q, pe.Rcode(), ourUDPSize)
-				_, _ = s.conn.WriteToUDPAddrPort(out, from)
-			}
-			continue
-		}
+		// One clock reading and one view per batch: the batch arrived at
+		// once, and a view changed during it applies from the next.
 		now := r.now()
-		s.shard.Question(false, client.Is6())
-		if q.EDNS.DO {
-			s.shard.Inc(stats.DNSSECQueries)
-		}
-		if q.BadVersion() {
-			// RFC 6891 §6.1.3, before the packet cache: its key has no
-			// EDNS version.
-			out = dnswire.AppendError(out[:0], &q, dnswire.RcodeBadVers, ourUDPSize)
-			_, _ = s.conn.WriteToUDPAddrPort(out, from)
-			s.shard.Replied(dnswire.RcodeBadVers, r.now().Sub(now))
-			continue
-		}
 		v := r.engine.View()
-		p := memo.policy(r.engine, &v, client)
-		keyed := key.SetQuery(&q, p.CacheKey())
-		if keyed {
-			if ans, ok := s.reader.Get(&key, q.RawName(), now, out[:0]); ok && len(ans) <= q.EDNS.MaxUDP() {
-				dnswire.PatchHeader(ans, &q)
-				_, _ = s.conn.WriteToUDPAddrPort(ans, from)
-				s.shard.PacketCacheHit(int(ans[3] & 0x0f))
+		for i := range n {
+			m := &b.in[i]
+			ua, ok := m.Addr.(*net.UDPAddr)
+			if !ok {
 				continue
 			}
+			s.handle(r, b, m.Buffers[0][:m.N], ua, now, &v, &q, &key, memo)
 		}
-		s.shard.Inc(stats.PacketCacheMisses)
-		select {
-		case s.slow <- struct{}{}:
-		default:
-			s.shard.Inc(stats.OverCapacityDrops)
-			continue
+		if err := s.flush(b); errors.Is(err, net.ErrClosed) {
+			return
 		}
-		pkt := bytes.Clone(buf[:n])
-		var k *cache.PacketKey
-		if keyed {
-			kc := key
-			k = &kc
-		}
-		go func() {
-			defer func() { <-s.slow }()
-			s.slowPath(r, pkt, from, client, k, now, p.HasSchedules())
-		}()
 	}
+}
+
+// handle answers one datagram: queued in b, or handed to the slow path, or
+// dropped.
+func (s *udpSocket) handle(r *Resolver, b *udpBatch, pkt []byte, ua *net.UDPAddr, now time.Time, v *policy.View,
+	q *dnswire.Query, key *cache.PacketKey, memo *policyMemo) {
+	from := ua.AddrPort()
+	client := from.Addr().Unmap()
+	if !r.allowed(client) {
+		s.shard.Inc(stats.UnauthorizedUDP) // dropped, as PowerDNS does
+		return
+	}
+	err := q.Parse(pkt)
+	if err == nil && len(pkt) >= maxUDPQuery {
+		err = dnswire.ErrTruncated // read cut at maxUDPQuery: not the whole query
+	}
+	if err != nil {
+		var pe dnswire.ParseError
+		errors.As(err, &pe)
+		countParseError(s.shard, pe)
+		if pe != 0 && !pe.Drop() {
+			b.queue(dnswire.AppendError(b.slot(), q, pe.Rcode(), ourUDPSize), ua)
+		}
+		return
+	}
+	s.shard.Question(false, client.Is6())
+	if q.EDNS.DO {
+		s.shard.Inc(stats.DNSSECQueries)
+	}
+	if q.BadVersion() {
+		// RFC 6891 §6.1.3, before the packet cache: its key has no EDNS
+		// version.
+		b.queue(dnswire.AppendError(b.slot(), q, dnswire.RcodeBadVers, ourUDPSize), ua)
+		s.shard.Replied(dnswire.RcodeBadVers, r.now().Sub(now))
+		return
+	}
+	p := memo.policy(r.engine, v, client)
+	keyed := key.SetQuery(q, p.CacheKey())
+	if keyed {
+		if ans, ok := s.reader.Get(key, q.RawName(), now, b.slot()); ok && len(ans) <= q.EDNS.MaxUDP() {
+			dnswire.PatchHeader(ans, q)
+			b.queue(ans, ua)
+			s.shard.PacketCacheHit(int(ans[3] & 0x0f))
+			return
+		}
+	}
+	s.shard.Inc(stats.PacketCacheMisses)
+	select {
+	case s.slow <- struct{}{}:
+	default:
+		s.shard.Inc(stats.OverCapacityDrops)
+		return
+	}
+	pkt = bytes.Clone(pkt)
+	var k *cache.PacketKey
+	if keyed {
+		kc := *key
+		k = &kc
+	}
+	go func() {
+		defer func() { <-s.slow }()
+		s.slowPath(r, pkt, from, client, p, k, now)
+	}()
+}
+
+// flush writes the queued replies, as few sendmmsg calls as the kernel
+// allows; a reply the kernel refuses (a vanished route, a full buffer) is
+// skipped, as a failed sendto was. The slots' addresses are cleared so
+// that the batch does not keep the last clients' addresses alive.
+func (s *udpSocket) flush(b *udpBatch) error {
+	out := b.out[:b.n]
+	var err error
+	for len(out) > 0 {
+		var n int
+		n, err = s.batch.WriteBatch(out, 0)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				break
+			}
+			// sendmmsg fails only on the first reply it could not send
+			// (x/net then returns -1, not the count): skip that one.
+			n = max(n, 0) + 1
+		}
+		out = out[min(n, len(out)):]
+	}
+	for i := range b.n {
+		b.out[i].Addr = nil
+		b.out[i].Buffers[0] = nil
+	}
+	b.n = 0
+	return err
 }
 
 // slowPath answers a packet-cache miss through the pipeline and stores the
 // reply under the policy's key.
-func (s *udpSocket) slowPath(r *Resolver, pkt []byte, from netip.AddrPort, client netip.Addr, key *cache.PacketKey,
-	start time.Time, schedules bool) {
+func (s *udpSocket) slowPath(r *Resolver, pkt []byte, from netip.AddrPort, client netip.Addr, p *policy.Policy,
+	key *cache.PacketKey, start time.Time) {
 	s.shard.Inc(stats.ConcurrentQueries)
 	defer s.shard.Dec(stats.ConcurrentQueries)
 	req := new(dns.Msg)
@@ -120,7 +240,7 @@ func (s *udpSocket) slowPath(r *Resolver, pkt []byte, from netip.AddrPort, clien
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	reply := r.resolve(ctx, &query{req: req, client: client, start: start, shard: s.shard})
+	reply := r.resolve(ctx, &query{req: req, client: client, start: start, shard: s.shard, policy: p})
 	if reply == nil {
 		return // drop
 	}
@@ -129,7 +249,7 @@ func (s *udpSocket) slowPath(r *Resolver, pkt []byte, from netip.AddrPort, clien
 		s.shard.Inc(stats.ServerParseErrors)
 		wire, _ = finish(req, errorReply(req, dns.RcodeServerFailure), false)
 	}
-	if schedules {
+	if p.HasSchedules() {
 		clampToMinute(wire, r.now())
 	}
 	if key != nil && cacheable(req, reply) {
