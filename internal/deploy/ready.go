@@ -93,7 +93,13 @@ func (d *Deployer) Ready() error {
 	if age <= d.maxDirtyAge {
 		return nil
 	}
-	age = age.Round(time.Second)
+	// Whole seconds, except under ten, where "0s old" would contradict the
+	// bound it is said to exceed.
+	if age < 10*time.Second {
+		age = age.Round(10 * time.Millisecond)
+	} else {
+		age = age.Round(time.Second)
+	}
 	if last := d.sched.lastError(); last != nil {
 		return fmt.Errorf("deploys are behind: the oldest change not yet deployed is %s old (deploy.max_dirty_age is %s); last deploy error: %w", age, d.maxDirtyAge, last)
 	}
