@@ -14,7 +14,9 @@ import (
 	"net/http"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -203,6 +205,20 @@ func cleanPath(p string) string {
 func (r *Router) instrument(route string, h http.HandlerFunc) http.Handler {
 	requests := r.metrics.requests
 	duration := r.metrics.duration.WithLabelValues(route)
+	// counters memoizes this route's counters by method and status: the
+	// label lookup (a hash of three strings and a status formatted with
+	// fmt) was a per-request cost. Both are bounded: methodLabel's eight
+	// values, and the status codes handlers write.
+	var counters sync.Map // counterKey → prometheus.Counter
+	counter := func(method string, status int) prometheus.Counter {
+		k := counterKey{method: methodLabel(method), status: status}
+		if c, ok := counters.Load(k); ok {
+			return c.(prometheus.Counter)
+		}
+		c := requests.WithLabelValues(route, k.method, strconv.Itoa(status))
+		counters.Store(k, c)
+		return c
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		start := time.Now()
 		r.metrics.inFlight.Inc()
@@ -229,7 +245,7 @@ func (r *Router) instrument(route string, h http.HandlerFunc) http.Handler {
 			if status == 0 {
 				status = http.StatusOK
 			}
-			requests.WithLabelValues(route, methodLabel(req.Method), fmt.Sprint(status)).Inc()
+			counter(req.Method, status).Inc()
 			elapsed := time.Since(start)
 			duration.Observe(elapsed.Seconds())
 			r.log.Debug("request", "method", req.Method, "path", req.URL.Path, "status", status,
@@ -237,6 +253,12 @@ func (r *Router) instrument(route string, h http.HandlerFunc) http.Handler {
 		}()
 		h(sw, req)
 	})
+}
+
+// counterKey is a request counter's labels beside its route.
+type counterKey struct {
+	method string
+	status int
 }
 
 // methodLabel bounds the method label to the standard methods.

@@ -207,7 +207,8 @@ func (e *Engine) Evaluate(q *Query) Result {
 	v := e.view()
 	var r Result
 	s, found := e.resolve(&v, q, &r.Subject)
-	r.Steps = append(r.Steps, TraceEntry{Step: StepIdentity, Result: describeSubject(&r.Subject)})
+	r.Steps = make([]TraceEntry, 1, 2) // identity, settings: one allocation
+	r.Steps[0] = TraceEntry{Step: StepIdentity, Result: describeSubject(&r.Subject)}
 
 	var a identity.Attributes
 	if found {
@@ -226,10 +227,11 @@ func (e *Engine) Evaluate(q *Query) Result {
 		p = CompileWith(settings.Merge(layers...), e.opts)
 	}
 	r.Effective = p.Effective()
+	r.Layers = make([]string, 0, len(layers))
 	for _, l := range layers {
 		r.Layers = append(r.Layers, l.Name)
 	}
-	r.Steps = append(r.Steps, TraceEntry{Step: StepSettings, Result: "layers " + layerList(r.Layers) + "; fingerprint " + p.Fingerprint()})
+	r.Steps = append(r.Steps, TraceEntry{Step: StepSettings, Result: settingsStep(r.Layers, p.Fingerprint())})
 
 	in := q.Input
 	in.RPZ = v.RPZ
@@ -290,16 +292,37 @@ func describeSubject(s *Subject) string {
 		return "no session found: the global layer alone"
 	}
 	var b strings.Builder
-	b.WriteString("by " + s.By + ": session " + s.SessionID + " of org " + s.Org)
+	b.Grow(len("by : session  of org ") + len(s.By) + len(s.SessionID) + len(s.Org))
+	for _, p := range [...]string{"by ", s.By, ": session ", s.SessionID, " of org ", s.Org} {
+		b.WriteString(p)
+	}
 	if len(s.Others) > 0 {
 		b.WriteString("; also matched " + strconv.Itoa(len(s.Others)) + " other session(s): " + strings.Join(s.Others, ", "))
 	}
 	return b.String()
 }
 
-func layerList(ls []string) string {
-	if len(ls) == 0 {
-		return "(none: defaults)"
+// settingsStep is the settings step's result, "layers global < org:acme;
+// fingerprint …", built in one allocation (it is made for every Evaluate).
+func settingsStep(ls []string, fingerprint string) string {
+	const none, sep, fp = "(none: defaults)", " < ", "; fingerprint "
+	n := len("layers ") + len(fp) + len(fingerprint) + len(none)
+	for _, l := range ls {
+		n += len(l) + len(sep)
 	}
-	return strings.Join(ls, " < ")
+	var b strings.Builder
+	b.Grow(n)
+	b.WriteString("layers ")
+	if len(ls) == 0 {
+		b.WriteString(none)
+	}
+	for i, l := range ls {
+		if i > 0 {
+			b.WriteString(sep)
+		}
+		b.WriteString(l)
+	}
+	b.WriteString(fp)
+	b.WriteString(fingerprint)
+	return b.String()
 }

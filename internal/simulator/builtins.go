@@ -151,25 +151,12 @@ func (b *builtins) simulateUser(r *Request) map[string]any {
 		Profile: r.Profile, HasProfile: r.HasProfile, Settings: r.Settings,
 	}
 	res := b.engine.Evaluate(&q)
-	s := &res.Subject
-	// identityFields lists these keys.
-	id := map[string]any{"by": s.By, "ip": addrString(s.IP), "org": s.Org, "session_id": s.SessionID,
-		"username": s.Username, "deviceid": s.DeviceID, "location": s.Location, "profile": nil}
-	if s.HasProfile {
-		id["profile"] = s.Profile
-	}
-	if len(s.Others) > 0 {
-		id["other_sessions"] = stringsAny(s.Others)
-	}
-	trace := make([]any, 0, len(res.Steps)+len(res.Trace))
-	for _, st := range append(res.Steps, res.Trace...) {
-		trace = append(trace, map[string]any{"step": string(st.Step), "result": st.Result})
-	}
+	pt := renderParts(&res)
 	body := map[string]any{
 		"domain": r.Domain, "verdict": string(res.Verdict), "action": string(res.Action),
-		"reason": string(res.Reason), "rule": res.Rule(), "identity": id,
-		"categories": categories(res.Categories), "settings": b.document(res.Effective, r.Settings != nil || r.HasProfile),
-		"layers": stringsAny(res.Layers), "answer": answer(&res), "trace": trace,
+		"reason": string(res.Reason), "rule": res.Rule(), "identity": pt.identity,
+		"categories": pt.categories, "settings": b.document(res.Effective, r.Settings != nil || r.HasProfile),
+		"layers": pt.layers, "answer": pt.answer, "trace": pt.trace,
 		"fingerprint": res.Fingerprint,
 	}
 	if r.Path != "" {
@@ -184,39 +171,6 @@ func (b *builtins) simulateUser(r *Request) map[string]any {
 // identityFields are the keys of the simulate body's identity (DESIGN.md
 // §6.4).
 var identityFields = [...]string{"by", "ip", "org", "session_id", "username", "deviceid", "location", "profile"}
-
-// answer is what the resolver answers for the decision: the rcode, the
-// records it puts in the answer, and the Extended DNS Error of a block.
-func answer(res *policy.Result) map[string]any {
-	a := map[string]any{}
-	switch res.Action {
-	case policy.ActionAllow:
-		a["rcode"], a["forwarded"] = "NOERROR", true // the upstream's answer
-	case policy.ActionNXDomain:
-		a["rcode"] = "NXDOMAIN"
-	case policy.ActionNoData:
-		a["rcode"] = "NOERROR"
-		a["records"] = []any{}
-	case policy.ActionRefused:
-		a["rcode"] = "REFUSED"
-	case policy.ActionDrop:
-		a["dropped"] = true
-	case policy.ActionTruncate:
-		a["truncated"] = true // over UDP; TCP gets the upstream's answer
-	case policy.ActionRedirect:
-		a["rcode"] = "NOERROR"
-		a["a"], a["aaaa"] = addrsAny(res.A), addrsAny(res.AAAA)
-		if len(res.TXT) > 0 {
-			a["txt"] = stringsAny(res.TXT)
-		}
-	case policy.ActionCNAME:
-		a["rcode"], a["cname"] = "NOERROR", res.Target
-	}
-	if res.EDE != 0 {
-		a["ede"] = map[string]any{"code": int(res.EDE), "text": string(res.Reason) + ": " + res.Rule()}
-	}
-	return a
-}
 
 // verboseLog is the rule evaluation in words (verbose=1).
 func verboseLog(r *Request, res *policy.Result) []any {

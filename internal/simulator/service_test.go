@@ -580,3 +580,48 @@ function info() return svcpf.info() end
 		t.Fatalf("unchanged body %d %v", code, m)
 	}
 }
+
+// TestScriptReadsRenderedParts: identity, categories, layers, answer and
+// trace reach a script as rendered JSON (renderParts) and read as the
+// tables they were: strings, numbers, booleans and arrays with #.
+func TestScriptReadsRenderedParts(t *testing.T) {
+	file := writeScript(t, `
+local svcpf = require("svcpf")
+function lookup_domain(req) return svcpf.lookup_domain(req) end
+function simulate_user(req)
+  local r = svcpf.simulate_user(req)
+  local steps = {}
+  for i, e in ipairs(r.trace) do steps[i] = e.step end
+  return {first = r.trace[1].step, steps = #r.trace, joined = table.concat(steps, ","),
+    by = r.identity.by, profile_nil = r.identity.profile == nil, code = r.categories[1].code + 1,
+    rcode = r.answer.rcode, ede = r.answer.ede and r.answer.ede.code or 0, layers = #r.layers,
+    layer1 = r.layers[1]}
+end
+function codemappings() return svcpf.codemappings() end
+function maintenance() return {} end
+function info() return svcpf.info() end
+`)
+	f := newFixture(t, fixtureOpts{file: file})
+	_, want := newFixture(t, fixtureOpts{}).get("/api/v1/simulate?domain=www.bad.example&ip=10.0.0.2")
+	code, m := f.get("/api/v1/simulate?domain=www.bad.example&ip=10.0.0.2")
+	if code != 200 {
+		t.Fatalf("%d %v", code, m)
+	}
+	trace := want["trace"].([]any)
+	var steps []string
+	for _, e := range trace {
+		steps = append(steps, e.(map[string]any)["step"].(string))
+	}
+	ans := want["answer"].(map[string]any)
+	ede := 0.0
+	if e, ok := ans["ede"].(map[string]any); ok {
+		ede = e["code"].(float64)
+	}
+	layers := want["layers"].([]any)
+	if m["first"] != "identity" || m["steps"] != float64(len(trace)) || m["joined"] != strings.Join(steps, ",") ||
+		m["by"] != "ip" || m["profile_nil"] != true ||
+		m["code"] != want["categories"].([]any)[0].(map[string]any)["code"].(float64)+1 ||
+		m["rcode"] != ans["rcode"] || m["ede"] != ede || m["layers"] != float64(len(layers)) || len(layers) == 0 || m["layer1"] != layers[0] {
+		t.Fatalf("script read %v\nfrom body %v", m, want)
+	}
+}

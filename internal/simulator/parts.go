@@ -1,0 +1,219 @@
+package simulator
+
+import (
+	"encoding/json"
+	"net/netip"
+	"strconv"
+
+	"github.com/svc-pf/svc-pf/internal/feed"
+	"github.com/svc-pf/svc-pf/internal/policy"
+)
+
+// The nested parts of a simulate body (identity, categories, layers,
+// answer, trace) are rendered as JSON into one buffer per answer rather
+// than built as maps: the trace alone was a dozen two-key maps per answer,
+// and with the others they were most of the ≈ 129 allocations left per
+// request and a good part of the GC's work. They travel as
+// json.RawMessage, the form the rendered settings document already takes:
+// the body appender copies them as they are, and luapool decodes one only
+// when a script reads it (a script sees the same tables as before; a value
+// it changes comes back as a map, and withNulls still restores the
+// identity's nulls). The keys come in DESIGN.md §6.4's order, the order
+// the appender gives the maps (simulateOrder).
+
+// parts are the rendered nested values of one simulate body.
+type parts struct {
+	identity, categories, layers, answer, trace json.RawMessage
+}
+
+// renderParts renders res's nested values; they share one allocation.
+func renderParts(res *policy.Result) parts {
+	b := make([]byte, 0, 1024)
+	var p parts
+	cut := func(start int) json.RawMessage { return json.RawMessage(b[start:len(b):len(b)]) }
+
+	start := len(b)
+	b = appendIdentity(b, &res.Subject)
+	p.identity = cut(start)
+
+	start = len(b)
+	b = appendCategories(b, res.Categories)
+	p.categories = cut(start)
+
+	start = len(b)
+	b = appendStrings(b, res.Layers)
+	p.layers = cut(start)
+
+	start = len(b)
+	b = appendAnswer(b, res)
+	p.answer = cut(start)
+
+	start = len(b)
+	b = append(b, '[')
+	n := 0
+	for _, list := range [2][]policy.TraceEntry{res.Steps, res.Trace} {
+		for _, st := range list {
+			if n > 0 {
+				b = append(b, ',')
+			}
+			n++
+			b = append(b, `{"step":`...)
+			b = appendString(b, string(st.Step))
+			b = append(b, `,"result":`...)
+			b = appendString(b, st.Result)
+			b = append(b, '}')
+		}
+	}
+	b = append(b, ']')
+	// The last part is cut after every append: an append that grew b
+	// leaves the earlier parts in the old array, which stays valid.
+	p.trace = cut(start)
+	return p
+}
+
+// appendIdentity renders the identity object: identityFields in order,
+// null for an unknown ip and for no profile, other_sessions when any.
+func appendIdentity(b []byte, s *policy.Subject) []byte {
+	b = append(b, `{"by":`...)
+	b = appendString(b, s.By)
+	b = append(b, `,"ip":`...)
+	b = appendAddr(b, s.IP)
+	b = append(b, `,"org":`...)
+	b = appendString(b, s.Org)
+	b = append(b, `,"session_id":`...)
+	b = appendString(b, s.SessionID)
+	b = append(b, `,"username":`...)
+	b = appendString(b, s.Username)
+	b = append(b, `,"deviceid":`...)
+	b = appendString(b, s.DeviceID)
+	b = append(b, `,"location":`...)
+	b = appendString(b, s.Location)
+	b = append(b, `,"profile":`...)
+	if s.HasProfile {
+		b = strconv.AppendInt(b, int64(s.Profile), 10)
+	} else {
+		b = append(b, "null"...)
+	}
+	if len(s.Others) > 0 {
+		b = append(b, `,"other_sessions":`...)
+		b = appendStrings(b, s.Others)
+	}
+	return append(b, '}')
+}
+
+// appendCategories renders categories as DESIGN.md §6.4 does (categories()
+// as JSON).
+func appendCategories(b []byte, cs []feed.Category) []byte {
+	b = append(b, '[')
+	for i, c := range cs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"code":`...)
+		b = strconv.AppendInt(b, int64(c.Code), 10)
+		b = append(b, `,"title":`...)
+		b = appendString(b, c.Title)
+		b = append(b, `,"feed":`...)
+		b = appendString(b, c.Feed)
+		b = append(b, `,"match":`...)
+		b = appendString(b, c.Key())
+		b = append(b, '}')
+	}
+	return append(b, ']')
+}
+
+// appendAnswer renders answer(res) in answerOrder.
+func appendAnswer(b []byte, res *policy.Result) []byte {
+	b = append(b, '{')
+	n := 0
+	key := func(k string) {
+		if n > 0 {
+			b = append(b, ',')
+		}
+		n++
+		b = appendString(b, k)
+		b = append(b, ':')
+	}
+	switch res.Action {
+	case policy.ActionAllow:
+		key("rcode")
+		b = appendString(b, "NOERROR")
+		key("forwarded")
+		b = append(b, "true"...) // the upstream's answer
+	case policy.ActionNXDomain:
+		key("rcode")
+		b = appendString(b, "NXDOMAIN")
+	case policy.ActionNoData:
+		key("rcode")
+		b = appendString(b, "NOERROR")
+		key("records")
+		b = append(b, "[]"...)
+	case policy.ActionRefused:
+		key("rcode")
+		b = appendString(b, "REFUSED")
+	case policy.ActionDrop:
+		key("dropped")
+		b = append(b, "true"...)
+	case policy.ActionTruncate:
+		key("truncated")
+		b = append(b, "true"...) // over UDP; TCP gets the upstream's answer
+	case policy.ActionRedirect:
+		key("rcode")
+		b = appendString(b, "NOERROR")
+		key("a")
+		b = appendAddrs(b, res.A)
+		key("aaaa")
+		b = appendAddrs(b, res.AAAA)
+		if len(res.TXT) > 0 {
+			key("txt")
+			b = appendStrings(b, res.TXT)
+		}
+	case policy.ActionCNAME:
+		key("rcode")
+		b = appendString(b, "NOERROR")
+		key("cname")
+		b = appendString(b, res.Target)
+	}
+	if res.EDE != 0 {
+		key("ede")
+		b = append(b, `{"code":`...)
+		b = strconv.AppendInt(b, int64(res.EDE), 10)
+		b = append(b, `,"text":`...)
+		b = appendString(b, string(res.Reason)+": "+res.Rule())
+		b = append(b, '}')
+	}
+	return append(b, '}')
+}
+
+func appendAddr(b []byte, a netip.Addr) []byte {
+	if !a.IsValid() {
+		return append(b, "null"...)
+	}
+	b = append(b, '"')
+	b = a.AppendTo(b)
+	return append(b, '"')
+}
+
+func appendAddrs(b []byte, as []netip.Addr) []byte {
+	b = append(b, '[')
+	for i, a := range as {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = a.AppendTo(b)
+		b = append(b, '"')
+	}
+	return append(b, ']')
+}
+
+func appendStrings(b []byte, ss []string) []byte {
+	b = append(b, '[')
+	for i, s := range ss {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendString(b, s)
+	}
+	return append(b, ']')
+}
