@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"unicode/utf8"
 
 	"github.com/svc-pf/svc-pf/internal/httpapi"
 )
@@ -128,7 +127,7 @@ func (e *bodyEncoder) appendValue(b []byte, v any, o *keyOrder, depth int) ([]by
 	case bool:
 		return strconv.AppendBool(b, x), nil
 	case string:
-		return appendString(b, x), nil
+		return httpapi.AppendJSONString(b, x), nil
 	case int64:
 		return strconv.AppendInt(b, x, 10), nil
 	case int:
@@ -153,7 +152,7 @@ func (e *bodyEncoder) appendValue(b []byte, v any, o *keyOrder, depth int) ([]by
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendString(b, s)
+			b = httpapi.AppendJSONString(b, s)
 		}
 		return append(b, ']'), nil
 	case map[string]any:
@@ -179,7 +178,7 @@ func (e *bodyEncoder) appendObject(b []byte, m map[string]any, o *keyOrder, dept
 			b = append(b, ',')
 		}
 		first = false
-		b = appendString(b, k)
+		b = httpapi.AppendJSONString(b, k)
 		b = append(b, ':')
 		var no *keyOrder
 		if o != nil {
@@ -241,61 +240,4 @@ func appendFloat(b []byte, f float64) ([]byte, error) {
 		}
 	}
 	return b, nil
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendString quotes s as encoding/json does with HTML escaping off:
-// control characters escaped (\b \f \n \r \t by name), invalid UTF-8 as
-// U+FFFD, U+2028 and U+2029 escaped (JavaScript line terminators).
-func appendString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '\\', '"':
-				b = append(b, '\\', c)
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
 }

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/svc-pf/svc-pf/internal/feed"
+	"github.com/svc-pf/svc-pf/internal/httpapi"
 	"github.com/svc-pf/svc-pf/internal/policy"
 )
 
@@ -58,9 +59,9 @@ func renderParts(res *policy.Result) parts {
 			}
 			n++
 			b = append(b, `{"step":`...)
-			b = appendString(b, string(st.Step))
+			b = httpapi.AppendJSONString(b, string(st.Step))
 			b = append(b, `,"result":`...)
-			b = appendString(b, st.Result)
+			b = httpapi.AppendJSONString(b, st.Result)
 			b = append(b, '}')
 		}
 	}
@@ -75,19 +76,19 @@ func renderParts(res *policy.Result) parts {
 // null for an unknown ip and for no profile, other_sessions when any.
 func appendIdentity(b []byte, s *policy.Subject) []byte {
 	b = append(b, `{"by":`...)
-	b = appendString(b, s.By)
+	b = httpapi.AppendJSONString(b, s.By)
 	b = append(b, `,"ip":`...)
 	b = appendAddr(b, s.IP)
 	b = append(b, `,"org":`...)
-	b = appendString(b, s.Org)
+	b = httpapi.AppendJSONString(b, s.Org)
 	b = append(b, `,"session_id":`...)
-	b = appendString(b, s.SessionID)
+	b = httpapi.AppendJSONString(b, s.SessionID)
 	b = append(b, `,"username":`...)
-	b = appendString(b, s.Username)
+	b = httpapi.AppendJSONString(b, s.Username)
 	b = append(b, `,"deviceid":`...)
-	b = appendString(b, s.DeviceID)
+	b = httpapi.AppendJSONString(b, s.DeviceID)
 	b = append(b, `,"location":`...)
-	b = appendString(b, s.Location)
+	b = httpapi.AppendJSONString(b, s.Location)
 	b = append(b, `,"profile":`...)
 	if s.HasProfile {
 		b = strconv.AppendInt(b, int64(s.Profile), 10)
@@ -112,11 +113,11 @@ func appendCategories(b []byte, cs []feed.Category) []byte {
 		b = append(b, `{"code":`...)
 		b = strconv.AppendInt(b, int64(c.Code), 10)
 		b = append(b, `,"title":`...)
-		b = appendString(b, c.Title)
+		b = httpapi.AppendJSONString(b, c.Title)
 		b = append(b, `,"feed":`...)
-		b = appendString(b, c.Feed)
+		b = httpapi.AppendJSONString(b, c.Feed)
 		b = append(b, `,"match":`...)
-		b = appendString(b, c.Key())
+		b = httpapi.AppendJSONString(b, c.Key())
 		b = append(b, '}')
 	}
 	return append(b, ']')
@@ -131,26 +132,26 @@ func appendAnswer(b []byte, res *policy.Result) []byte {
 			b = append(b, ',')
 		}
 		n++
-		b = appendString(b, k)
+		b = httpapi.AppendJSONString(b, k)
 		b = append(b, ':')
 	}
 	switch res.Action {
 	case policy.ActionAllow:
 		key("rcode")
-		b = appendString(b, "NOERROR")
+		b = httpapi.AppendJSONString(b, "NOERROR")
 		key("forwarded")
 		b = append(b, "true"...) // the upstream's answer
 	case policy.ActionNXDomain:
 		key("rcode")
-		b = appendString(b, "NXDOMAIN")
+		b = httpapi.AppendJSONString(b, "NXDOMAIN")
 	case policy.ActionNoData:
 		key("rcode")
-		b = appendString(b, "NOERROR")
+		b = httpapi.AppendJSONString(b, "NOERROR")
 		key("records")
 		b = append(b, "[]"...)
 	case policy.ActionRefused:
 		key("rcode")
-		b = appendString(b, "REFUSED")
+		b = httpapi.AppendJSONString(b, "REFUSED")
 	case policy.ActionDrop:
 		key("dropped")
 		b = append(b, "true"...)
@@ -159,7 +160,7 @@ func appendAnswer(b []byte, res *policy.Result) []byte {
 		b = append(b, "true"...) // over UDP; TCP gets the upstream's answer
 	case policy.ActionRedirect:
 		key("rcode")
-		b = appendString(b, "NOERROR")
+		b = httpapi.AppendJSONString(b, "NOERROR")
 		key("a")
 		b = appendAddrs(b, res.A)
 		key("aaaa")
@@ -170,16 +171,16 @@ func appendAnswer(b []byte, res *policy.Result) []byte {
 		}
 	case policy.ActionCNAME:
 		key("rcode")
-		b = appendString(b, "NOERROR")
+		b = httpapi.AppendJSONString(b, "NOERROR")
 		key("cname")
-		b = appendString(b, res.Target)
+		b = httpapi.AppendJSONString(b, res.Target)
 	}
 	if res.EDE != 0 {
 		key("ede")
 		b = append(b, `{"code":`...)
 		b = strconv.AppendInt(b, int64(res.EDE), 10)
 		b = append(b, `,"text":`...)
-		b = appendString(b, string(res.Reason)+": "+res.Rule())
+		b = httpapi.AppendJSONString(b, string(res.Reason)+": "+res.Rule())
 		b = append(b, '}')
 	}
 	return append(b, '}')
@@ -213,7 +214,7 @@ func appendStrings(b []byte, ss []string) []byte {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendString(b, s)
+		b = httpapi.AppendJSONString(b, s)
 	}
 	return append(b, ']')
 }
