@@ -140,20 +140,27 @@ func (p *platform) stopOrgManager() {
 
 func (p *platform) call(method, path string, body any, want int) {
 	p.t.Helper()
+	callAPI(p.t, p.base, method, path, body, want)
+}
+
+// callAPI sends body as JSON (none when nil) to base+path and fails the
+// test unless the answer has status want.
+func callAPI(t testing.TB, base, method, path string, body any, want int) {
+	t.Helper()
 	var rd io.Reader
 	if body != nil {
 		b, _ := json.Marshal(body)
 		rd = bytes.NewReader(b)
 	}
-	req, _ := http.NewRequest(method, p.base+path, rd)
+	req, _ := http.NewRequest(method, base+path, rd)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		p.t.Fatal(err)
+		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != want {
-		p.t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, data)
+		t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, data)
 	}
 }
 

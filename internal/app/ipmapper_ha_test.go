@@ -1,14 +1,11 @@
 package app
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -106,21 +103,7 @@ func startHAOrgManager(t *testing.T, url, bucket string) *haOrgManager {
 
 func (o *haOrgManager) call(method, path string, body any, want int) {
 	o.t.Helper()
-	var rd io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		rd = bytes.NewReader(b)
-	}
-	req, _ := http.NewRequest(method, o.base+path, rd)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		o.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != want {
-		o.t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, data)
-	}
+	callAPI(o.t, o.base, method, path, body, want)
 }
 
 // settled reports whether the org's changes are all deployed.
