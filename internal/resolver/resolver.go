@@ -112,8 +112,10 @@ type Resolver struct {
 	udp      []*udpSocket
 	tcp      []*tcpServer
 	shardSeq atomic.Uint32
-	gen      uint64 // the last Generation seen; the sweeper's
-	wg       sync.WaitGroup
+	// decisions recycles the slow path's *decideScratch (pipeline.go).
+	decisions sync.Pool
+	gen       uint64 // the last Generation seen; the sweeper's
+	wg        sync.WaitGroup
 }
 
 // New validates cfg, builds the caches, statistics and the forwarder
@@ -162,6 +164,7 @@ func New(cfg Config) (*Resolver, error) {
 		return nil, err
 	}
 	r := &Resolver{cfg: cfg, engine: cfg.Engine, log: cfg.Logger, now: cfg.Clock}
+	r.decisions.New = newDecideScratch
 	var err error
 	if r.packets, err = cache.NewPacket(cfg.Cache.Packet); err != nil {
 		return nil, err

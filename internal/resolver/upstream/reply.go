@@ -12,10 +12,15 @@ const (
 	headerLen = 12
 	flagQR    = 1 << 15
 	flagTC    = 1 << 9
+	flagRD    = 1 << 8
+	flagAD    = 1 << 5
+	flagCD    = 1 << 4
+	optDO     = 1 << 15 // the DO bit in an OPT record's TTL (RFC 3225)
 )
 
-// buildQuery returns the message sent upstream for q: the caller's question
-// exactly as given (its letter case travels to the forwarder and back, so a
+// appendQuery writes the message sent upstream for q into buf (from its
+// start, within its length) and returns it: the caller's question exactly
+// as given (its letter case travels to the forwarder and back, so a
 // client's 0x20 case randomisation survives), RD set because forwarders are
 // recursive resolvers and we want the whole answer from them, the client's
 // CD and AD bits (RFC 6840 §5.7, §5.9: asking for unvalidated data, and
@@ -23,22 +28,48 @@ const (
 // our UDP payload size and the client's DO bit. The client's other EDNS
 // options (client subnet, cookies, padding) are hop-by-hop or private and
 // are not forwarded. The id is left zero: every attempt writes a fresh one.
-func buildQuery(q *dns.Msg, udpSize uint16) *dns.Msg {
-	out := &dns.Msg{
-		MsgHdr: dns.MsgHdr{
-			Opcode:            dns.OpcodeQuery,
-			RecursionDesired:  true,
-			CheckingDisabled:  q.CheckingDisabled,
-			AuthenticatedData: q.AuthenticatedData,
-		},
-		Question: []dns.Question{q.Question[0]},
+//
+// The bytes are those miekg/dns packs for the same message (TestAppendQuery,
+// FuzzAppendQuery) but written in place: building a dns.Msg with an OPT and
+// packing it allocated several objects and a compression map per query.
+func appendQuery(buf []byte, q *dns.Msg, udpSize uint16) ([]byte, error) {
+	const optLen = 11 // root name, type, class, TTL, RDLENGTH
+	if len(buf) < headerLen+1+4+optLen {
+		return nil, dns.ErrBuf
 	}
+	qs := q.Question[0]
+	flags := uint16(flagRD)
+	if q.AuthenticatedData {
+		flags |= flagAD
+	}
+	if q.CheckingDisabled {
+		flags |= flagCD
+	}
+	clear(buf[:headerLen])
+	binary.BigEndian.PutUint16(buf[2:], flags)
+	binary.BigEndian.PutUint16(buf[4:], 1)  // QDCOUNT
+	binary.BigEndian.PutUint16(buf[10:], 1) // ARCOUNT: our OPT
+	off, err := dns.PackDomainName(qs.Name, buf[:len(buf)-4-optLen], headerLen, nil, false)
+	if err != nil {
+		return nil, err
+	}
+	binary.BigEndian.PutUint16(buf[off:], qs.Qtype)
+	binary.BigEndian.PutUint16(buf[off+2:], qs.Qclass)
+	off += 4
 	do := false
 	if opt := q.IsEdns0(); opt != nil {
 		do = opt.Do()
 	}
-	out.SetEdns0(udpSize, do)
-	return out
+	buf[off] = 0 // the root name
+	binary.BigEndian.PutUint16(buf[off+1:], dns.TypeOPT)
+	binary.BigEndian.PutUint16(buf[off+3:], udpSize) // CLASS: our payload size
+	var ttl uint32                                   // extended rcode 0, version 0, flags
+	if do {
+		ttl = optDO
+	}
+	binary.BigEndian.PutUint32(buf[off+5:], ttl)
+	binary.BigEndian.PutUint16(buf[off+9:], 0) // no options
+	return buf[:off+optLen], nil
 }
 
 // replyVerdict is what checkReply concluded about one packet.
