@@ -54,8 +54,13 @@ func (r *Resolver) listenOn(ap netip.AddrPort, slow chan struct{}) error {
 		}
 		conn := pc.(*net.UDPConn)
 		port = conn.LocalAddr().(*net.UDPAddr).AddrPort().Port()
-		socks = append(socks, newUDPSocket(conn, netip.AddrPortFrom(ap.Addr(), port), r.packets.NewReader(),
-			r.stats.Shard(uint(r.shardSeq.Add(1))), slow, r.cfg.UDPBatch))
+		sock, err := newUDPSocket(conn, netip.AddrPortFrom(ap.Addr(), port), r.packets.NewReader(),
+			r.stats.Shard(uint(r.shardSeq.Add(1))), slow, r.cfg.UDPBatch)
+		if err != nil {
+			_ = conn.Close()
+			return fail(fmt.Errorf("dns.listen %s (udp socket %d): %w", ap, i+1, err))
+		}
+		socks = append(socks, sock)
 	}
 	ln, err := net.Listen("tcp", netip.AddrPortFrom(ap.Addr(), port).String())
 	if err != nil {

@@ -3,10 +3,11 @@ package resolver
 import (
 	"hash/maphash"
 	"net/netip"
-	"strings"
+	"unique"
 
-	"github.com/svc-pf/svc-pf/internal/identity"
 	"github.com/svc-pf/svc-pf/internal/policy"
+	"github.com/svc-pf/svc-pf/internal/sessionindex"
+	"github.com/svc-pf/svc-pf/internal/settings"
 )
 
 // policyMemo remembers, per UDP socket, the policy of the clients it
@@ -20,16 +21,32 @@ import (
 //
 // Behind it, for a client it does not hold (many more subscribers than
 // entries, each asking now and then), a second memo maps what the policy
-// is compiled from — the session's organisation and attributes, under one
-// settings snapshot — to the policy: such a client then costs the
-// subscriber index lookup only, not the settings stack and the shared
-// policy cache. A million subscribers share a few thousand of these.
+// is compiled from — the settings documents that can apply to the
+// session, under one settings snapshot — to the policy: such a client then
+// costs the subscriber index lookup and the settings stack's map lookups,
+// not the engine's policy cache (a shared, locked map) and its key. The
+// key is the documents' pointers, not the subscriber's attributes: a
+// million subscribers, each with a username of their own, share the few
+// thousand stacks their settings documents make (a key of attributes
+// would hold one entry per subscriber and never hit).
 type policyMemo struct {
 	seed    maphash.Seed
 	entries [memoSize]memoEntry
 
 	settings policy.Settings // the snapshot byDocs was filled under
 	byDocs   map[docsKey]*policy.Policy
+
+	ahead []ahead // the batch's clients, by datagram (lookAhead)
+}
+
+// ahead is what lookAhead found for one datagram of a batch: its address
+// memo slot and, when that slot does not hold it, its session.
+type ahead struct {
+	slot   uint32
+	looked bool // s and found are set: the address memo missed
+	found  bool
+	s      sessionindex.Entry
+	org    unique.Handle[string] // s's, read in lookAhead's last step
 }
 
 const memoSize = 4096
@@ -46,32 +63,94 @@ type memoEntry struct {
 }
 
 // docsKey is what policy.Engine compiles a session's policy from besides
-// the settings snapshot (its settings stack): the organisation and the
-// attributes; found false is a client without a session (the global
-// layer only).
+// the settings snapshot: the documents of its stack (settings.Stack; the
+// engine's own cache key is these documents, policy.KeyOf). The
+// organisation stands for the documents the stack takes from it (its org
+// document and its profiles: an organisation without an org document can
+// still have profiles); found false is a client without a session (the
+// global layer only). Pointers and a handle: hashed and compared without
+// reading a string.
 type docsKey struct {
-	found bool
-	org   string
-	attrs identity.Attributes
+	found               bool
+	org                 unique.Handle[string]
+	loc, user, deviceID *settings.Document
 }
 
 func newPolicyMemo() *policyMemo { return &policyMemo{seed: maphash.MakeSeed()} }
 
 // policy returns the policy of client under view v.
 func (m *policyMemo) policy(e *policy.Engine, v *policy.View, client netip.Addr) *policy.Policy {
-	en := &m.entries[maphash.Comparable(m.seed, client)%memoSize]
-	if en.p != nil && en.addr == client && en.sessions == v.Sessions && en.settings == v.Settings {
+	return m.policyAt(e, v, client, m.slot(client), nil)
+}
+
+func (m *policyMemo) slot(client netip.Addr) uint32 {
+	return uint32(maphash.Comparable(m.seed, client) % memoSize)
+}
+
+func (en *memoEntry) holds(v *policy.View, client netip.Addr) bool {
+	return en.p != nil && en.addr == client && en.sessions == v.Sessions && en.settings == v.Settings
+}
+
+// lookAhead prepares the policies of a batch's clients (from, one per
+// datagram) under view v: it reads their address memo slots, then looks
+// up the sessions of those the memo does not hold, then reads those
+// sessions' entries, each step for the whole batch before the next. A
+// client new to the socket costs a few cache misses (its memo slot, the
+// index's table, its entry: a million sessions are far more than the
+// caches hold); one at a time, each waits for the previous, while a loop
+// of independent loads lets the processor fetch several at once.
+// policyFor then finds them in the caches. from must be the batch that
+// policyFor's i index.
+func (m *policyMemo) lookAhead(v *policy.View, from []netip.AddrPort) {
+	if cap(m.ahead) < len(from) {
+		m.ahead = make([]ahead, len(from))
+	}
+	m.ahead = m.ahead[:len(from)]
+	for i, ap := range from {
+		m.ahead[i] = ahead{slot: m.slot(ap.Addr().Unmap())}
+	}
+	if v.Sessions == nil {
+		return
+	}
+	for i, ap := range from {
+		a := &m.ahead[i]
+		if c := ap.Addr().Unmap(); ap.IsValid() && !m.entries[a.slot].holds(v, c) {
+			a.s, a.found = v.Sessions.LookupIP(c)
+			a.looked = true
+		}
+	}
+	for i := range m.ahead {
+		if a := &m.ahead[i]; a.found {
+			a.org = a.s.OrgHandle() // the entry's first cache line
+		}
+	}
+}
+
+// policyFor is policy for datagram i of the batch lookAhead prepared.
+func (m *policyMemo) policyFor(e *policy.Engine, v *policy.View, client netip.Addr, i int) *policy.Policy {
+	a := &m.ahead[i]
+	if a.looked {
+		return m.policyAt(e, v, client, a.slot, a)
+	}
+	return m.policyAt(e, v, client, a.slot, nil)
+}
+
+// policyAt returns the policy of client, whose address memo slot is slot,
+// under view v; a, when not nil, is its session, looked up already.
+func (m *policyMemo) policyAt(e *policy.Engine, v *policy.View, client netip.Addr, slot uint32, a *ahead) *policy.Policy {
+	en := &m.entries[slot]
+	if en.holds(v, client) {
 		return en.p
 	}
-	p := m.byIdentity(e, v, client)
+	p := m.byIdentity(e, v, client, a)
 	*en = memoEntry{addr: client, sessions: v.Sessions, settings: v.Settings, p: p}
 	return p
 }
 
-// byIdentity finds client's session and returns the policy of its
-// organisation and attributes, compiling (through the engine) only what
-// this socket has not seen under the current settings snapshot.
-func (m *policyMemo) byIdentity(e *policy.Engine, v *policy.View, client netip.Addr) *policy.Policy {
+// byIdentity finds client's session and its settings stack and returns
+// the policy of that stack, compiling (through the engine) only what this
+// socket has not seen under the current settings snapshot.
+func (m *policyMemo) byIdentity(e *policy.Engine, v *policy.View, client netip.Addr, a *ahead) *policy.Policy {
 	if v.Sessions == nil {
 		p, _, _ := e.PolicyFor(v, client)
 		return p
@@ -81,18 +160,26 @@ func (m *policyMemo) byIdentity(e *policy.Engine, v *policy.View, client netip.A
 		m.settings = v.Settings
 	}
 	var k docsKey
-	if s, ok := v.Sessions.LookupIP(client); ok {
-		id := s.Identity()
-		k = docsKey{found: true, org: id.Org, attrs: id.Attributes}
+	var s sessionindex.Entry
+	var ok bool
+	var org unique.Handle[string]
+	if a != nil {
+		s, ok, org = a.s, a.found, a.org
+	} else if s, ok = v.Sessions.LookupIP(client); ok {
+		org = s.OrgHandle()
+	}
+	if ok {
+		k = docsKey{found: true, org: org}
+		if v.Settings != nil { // none: every session has the same empty stack
+			id := s.Identity()
+			st := v.Settings.Stack(id.Org, id.Attributes)
+			k.loc, k.user, k.deviceID = st.Location.Doc, st.Username.Doc, st.DeviceID.Doc
+		}
 	}
 	if p, ok := m.byDocs[k]; ok {
 		return p
 	}
 	p, _, _ := e.PolicyFor(v, client)
-	// The index's strings are views into its memory: cloned, so that the
-	// key does not keep the index's chunks alive.
-	k.org, k.attrs.Username = strings.Clone(k.org), strings.Clone(k.attrs.Username)
-	k.attrs.DeviceID, k.attrs.Location = strings.Clone(k.attrs.DeviceID), strings.Clone(k.attrs.Location)
 	m.byDocs[k] = p
 	return p
 }

@@ -2,6 +2,7 @@ package resolver
 
 import (
 	"net/netip"
+	"strconv"
 	"testing"
 
 	"github.com/svc-pf/svc-pf/internal/identity"
@@ -36,7 +37,9 @@ func memoDoc(t *testing.T, s string) *settings.Document {
 }
 
 // TestPolicyMemo: more clients than the address memo holds, several per
-// identity, get from the memo exactly the policy the engine compiles for
+// settings document, and as many without a document of their own, each
+// with a username nobody else has (as the bench's million subscribers),
+// get from the memo exactly the policy the engine compiles for
 // them (the same cache key); a client without a session gets the global
 // policy; a new settings snapshot is seen at once, by clients the memo
 // held and by clients new to it.
@@ -48,6 +51,9 @@ func TestPolicyMemo(t *testing.T) {
 	for i := range clients {
 		p := netip.PrefixFrom(addr(i), 32)
 		a := identity.Attributes{Username: users[i%len(users)]}
+		if a.Username == "" {
+			a.Username = "u" + strconv.Itoa(i) // no document: shares the stack of no username
+		}
 		sessions = append(sessions, &session.Session{ID: session.NewID(identity.Identity{Org: "acme", Attributes: a}, p),
 			Org: "acme", Allocations: []netip.Prefix{p}, Attributes: a})
 	}
@@ -83,7 +89,7 @@ func TestPolicyMemo(t *testing.T) {
 			keys[m.policy(e, &view, addr(i)).CacheKey()] = true
 		}
 		if round == 0 && len(m.byDocs) != len(users) {
-			t.Errorf("%d identities memoised, want %d", len(m.byDocs), len(users))
+			t.Errorf("%d settings stacks memoised, want %d (one per username document, one for none)", len(m.byDocs), len(users))
 		}
 	}
 	check("no session", view, netip.MustParseAddr("192.0.2.1"))
@@ -98,4 +104,72 @@ func TestPolicyMemo(t *testing.T) {
 	if after := m.policy(e, &view, alice).CacheKey(); after == before {
 		t.Errorf("alice's policy after her settings changed: the same %q", after)
 	}
+}
+
+// TestPolicyMemoBatch: policies prepared a batch at a time (lookAhead,
+// then policyFor per datagram, as the UDP reader does) are the engine's:
+// for clients new to the memo and clients it holds, a client twice in one
+// batch, an IPv4-mapped source, a source without a session, and after the
+// sessions change between two batches; an invalid source in the batch
+// changes nothing for the others.
+func TestPolicyMemoBatch(t *testing.T) {
+	addr := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 2, byte(i >> 8), byte(i)}) }
+	index := func(n int, user func(int) string) *sessionindex.Index {
+		var sessions []*session.Session
+		for i := range n {
+			p := netip.PrefixFrom(addr(i), 32)
+			a := identity.Attributes{Username: user(i)}
+			sessions = append(sessions, &session.Session{ID: session.NewID(identity.Identity{Org: "acme", Attributes: a}, p),
+				Org: "acme", Allocations: []netip.Prefix{p}, Attributes: a})
+		}
+		return sessionindex.Empty().Apply(sessions, nil)
+	}
+	st := &memoSettings{global: memoDoc(t, `{}`), users: map[string]*settings.Document{
+		"alice": memoDoc(t, `{"blocked_categories":[3]}`),
+		"bob":   memoDoc(t, `{"blocklist":["b.test"]}`),
+	}}
+	ix1 := index(300, func(i int) string { return []string{"alice", "bob", "u" + strconv.Itoa(i)}[i%3] })
+	ix2 := index(300, func(i int) string { return []string{"bob", "u" + strconv.Itoa(i), "alice"}[i%3] })
+	view := policy.View{Sessions: ix1, Settings: st}
+	e, err := policy.NewEngine(policy.EngineConfig{View: func() policy.View { return view }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newPolicyMemo()
+	run := func(when string, v policy.View, batch []netip.AddrPort) {
+		t.Helper()
+		m.lookAhead(&v, batch)
+		for i, ap := range batch {
+			if !ap.IsValid() {
+				continue // the reader skips it
+			}
+			c := ap.Addr().Unmap()
+			got := m.policyFor(e, &v, c, i)
+			want, _, _ := e.PolicyFor(&v, c)
+			if got.CacheKey() != want.CacheKey() {
+				t.Fatalf("%s, datagram %d from %s: memo's policy %q, engine's %q", when, i, ap, got.CacheKey(), want.CacheKey())
+			}
+		}
+	}
+	batch := func(clients ...netip.Addr) []netip.AddrPort {
+		var b []netip.AddrPort
+		for _, c := range clients {
+			b = append(b, netip.AddrPortFrom(c, 5353))
+		}
+		return b
+	}
+	mapped := netip.AddrFrom16(addr(4).As16())
+	b1 := batch(addr(0), addr(1), addr(0), mapped, netip.MustParseAddr("192.0.2.1"), addr(2))
+	b1 = append(b1, netip.AddrPort{})
+	for round := range 2 { // the second finds the first's clients in the memo
+		run("sessions 1, round "+strconv.Itoa(round), view, b1)
+	}
+	var big []netip.Addr
+	for i := range 300 {
+		big = append(big, addr(i))
+	}
+	run("sessions 1, a batch of 300", view, batch(big...))
+	view = policy.View{Sessions: ix2, Settings: st}
+	run("sessions 2", view, b1)
+	run("sessions 2, a batch of 300", view, batch(big...))
 }

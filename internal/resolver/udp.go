@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
-	"golang.org/x/net/ipv4"
-	"golang.org/x/net/ipv6"
 
 	"github.com/svc-pf/svc-pf/internal/policy"
 	"github.com/svc-pf/svc-pf/internal/resolver/cache"
@@ -26,20 +24,11 @@ const maxSlowInFlight = 8192
 // udpSocket is one SO_REUSEPORT socket and its reader.
 type udpSocket struct {
 	conn   *net.UDPConn
-	batch  batchConn // conn's recvmmsg/sendmmsg
 	addr   netip.AddrPort
 	reader *cache.PacketReader
 	shard  *stats.Shard
 	slow   chan struct{} // the slow path's semaphore, shared by the sockets
-	size   int           // packets per batch (dns.udp_batch)
-}
-
-// batchConn reads and writes several datagrams per system call:
-// recvmmsg/sendmmsg on Linux, one per call elsewhere (golang.org/x/net's
-// ipv4 and ipv6 PacketConn, whose Message types are one type).
-type batchConn interface {
-	ReadBatch(ms []ipv4.Message, flags int) (int, error)
-	WriteBatch(ms []ipv4.Message, flags int) (int, error)
+	batch  *udpBatch     // the reader's buffers, dns.udp_batch datagrams
 }
 
 // maxUDPQuery is the largest UDP query read whole; a larger one is
@@ -55,45 +44,52 @@ const maxUDPQuery = 4096
 const replyCap = 4096
 
 func newUDPSocket(conn *net.UDPConn, addr netip.AddrPort, reader *cache.PacketReader, shard *stats.Shard,
-	slow chan struct{}, size int) *udpSocket {
-	var bc batchConn
-	if addr.Addr().Is4() {
-		bc = ipv4.NewPacketConn(conn)
-	} else {
-		bc = ipv6.NewPacketConn(conn)
+	slow chan struct{}, size int) (*udpSocket, error) {
+	b, err := newUDPBatch(conn, size)
+	if err != nil {
+		return nil, err
 	}
-	return &udpSocket{conn: conn, batch: bc, addr: addr, reader: reader, shard: shard, slow: slow, size: size}
+	return &udpSocket{conn: conn, addr: addr, reader: reader, shard: shard, slow: slow, batch: b}, nil
 }
 
 func (s *udpSocket) close() { _ = s.conn.Close() }
 
 // udpBatch is a socket reader's buffers: the datagrams of one recvmmsg and
-// the replies of one sendmmsg, allocated once.
+// the replies of one sendmmsg, allocated once. A reply names the datagram
+// it answers (to), not an address: the system call's form of the source
+// address (batchIO) goes back unchanged, never decoded and encoded again.
 type udpBatch struct {
-	in   []ipv4.Message
-	out  []ipv4.Message
-	bufs [][]byte // reply buffers, one per out slot, reused across batches
-	n    int      // replies queued in out
+	in   [][]byte         // datagram buffers, maxUDPQuery bytes each
+	size []int            // bytes read into each
+	from []netip.AddrPort // each datagram's source
+	out  [][]byte         // replies queued
+	to   []int            // the datagram (index into in) each reply answers
+	bufs [][]byte         // reply buffers, one per out slot, reused across batches
+	n    int              // replies queued in out
+	io   batchIO          // the system calls' own arrays (udp_linux.go)
 }
 
-func newUDPBatch(size int) *udpBatch {
-	b := &udpBatch{in: make([]ipv4.Message, size), out: make([]ipv4.Message, size), bufs: make([][]byte, size)}
+func newUDPBatch(conn *net.UDPConn, size int) (*udpBatch, error) {
+	b := &udpBatch{in: make([][]byte, size), size: make([]int, size), from: make([]netip.AddrPort, size),
+		out: make([][]byte, size), to: make([]int, size), bufs: make([][]byte, size)}
 	for i := range size {
-		b.in[i].Buffers = [][]byte{make([]byte, maxUDPQuery)}
-		b.out[i].Buffers = make([][]byte, 1)
+		b.in[i] = make([]byte, maxUDPQuery)
 		b.bufs[i] = make([]byte, 0, replyCap)
 	}
-	return b
+	if err := b.io.init(conn, b); err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
 // slot is the buffer the next reply is appended to.
 func (b *udpBatch) slot() []byte { return b.bufs[b.n][:0] }
 
-// queue adds reply (built in slot()) for to.
-func (b *udpBatch) queue(reply []byte, to net.Addr) {
+// queue adds reply (built in slot()) to datagram i's source.
+func (b *udpBatch) queue(reply []byte, i int) {
 	b.bufs[b.n] = reply[:0] // keep a buffer that had to grow
-	b.out[b.n].Buffers[0] = reply
-	b.out[b.n].Addr = to
+	b.out[b.n] = reply
+	b.to[b.n] = i
 	b.n++
 }
 
@@ -104,14 +100,14 @@ func (b *udpBatch) queue(reply []byte, to net.Addr) {
 // goroutine each (the loop never waits for a forwarder), and one sendmmsg
 // writes all the replies. Under load a system call carries many packets,
 // at low load a batch is one packet and nothing waits for a batch to fill.
-// No allocation but x/net's source address of each datagram read.
+// No allocation on the hit path (batchIO decodes the sources in place).
 func (s *udpSocket) serve(r *Resolver) {
-	b := newUDPBatch(s.size)
+	b := s.batch
 	var q dnswire.Query
 	var key cache.PacketKey
 	memo := newPolicyMemo()
 	for {
-		n, err := s.batch.ReadBatch(b.in, 0)
+		n, err := b.io.read(b)
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
@@ -122,13 +118,12 @@ func (s *udpSocket) serve(r *Resolver) {
 		// once, and a view changed during it applies from the next.
 		now := r.now()
 		v := r.engine.View()
+		memo.lookAhead(&v, b.from[:n])
 		for i := range n {
-			m := &b.in[i]
-			ua, ok := m.Addr.(*net.UDPAddr)
-			if !ok {
-				continue
+			if !b.from[i].IsValid() {
+				continue // not an IP source: nothing to answer
 			}
-			s.handle(r, b, m.Buffers[0][:m.N], ua, now, &v, &q, &key, memo)
+			s.handle(r, b, i, now, &v, &q, &key, memo)
 		}
 		if err := s.flush(b); errors.Is(err, net.ErrClosed) {
 			return
@@ -138,9 +133,9 @@ func (s *udpSocket) serve(r *Resolver) {
 
 // handle answers one datagram: queued in b, or handed to the slow path, or
 // dropped.
-func (s *udpSocket) handle(r *Resolver, b *udpBatch, pkt []byte, ua *net.UDPAddr, now time.Time, v *policy.View,
+func (s *udpSocket) handle(r *Resolver, b *udpBatch, i int, now time.Time, v *policy.View,
 	q *dnswire.Query, key *cache.PacketKey, memo *policyMemo) {
-	from := ua.AddrPort()
+	pkt, from := b.in[i][:b.size[i]], b.from[i]
 	client := from.Addr().Unmap()
 	if !r.allowed(client) {
 		s.shard.Inc(stats.UnauthorizedUDP) // dropped, as PowerDNS does
@@ -155,7 +150,7 @@ func (s *udpSocket) handle(r *Resolver, b *udpBatch, pkt []byte, ua *net.UDPAddr
 		errors.As(err, &pe)
 		countParseError(s.shard, pe)
 		if pe != 0 && !pe.Drop() {
-			b.queue(dnswire.AppendError(b.slot(), q, pe.Rcode(), ourUDPSize), ua)
+			b.queue(dnswire.AppendError(b.slot(), q, pe.Rcode(), ourUDPSize), i)
 		}
 		return
 	}
@@ -166,16 +161,16 @@ func (s *udpSocket) handle(r *Resolver, b *udpBatch, pkt []byte, ua *net.UDPAddr
 	if q.BadVersion() {
 		// RFC 6891 §6.1.3, before the packet cache: its key has no EDNS
 		// version.
-		b.queue(dnswire.AppendError(b.slot(), q, dnswire.RcodeBadVers, ourUDPSize), ua)
+		b.queue(dnswire.AppendError(b.slot(), q, dnswire.RcodeBadVers, ourUDPSize), i)
 		s.shard.Replied(dnswire.RcodeBadVers, r.now().Sub(now))
 		return
 	}
-	p := memo.policy(r.engine, v, client)
+	p := memo.policyFor(r.engine, v, client, i)
 	keyed := key.SetQuery(q, p.CacheKey())
 	if keyed {
 		if ans, ok := s.reader.Get(key, q.RawName(), now, b.slot()); ok && len(ans) <= q.EDNS.MaxUDP() {
 			dnswire.PatchHeader(ans, q)
-			b.queue(ans, ua)
+			b.queue(ans, i)
 			s.shard.PacketCacheHit(int(ans[3] & 0x0f))
 			return
 		}
@@ -201,28 +196,24 @@ func (s *udpSocket) handle(r *Resolver, b *udpBatch, pkt []byte, ua *net.UDPAddr
 
 // flush writes the queued replies, as few sendmmsg calls as the kernel
 // allows; a reply the kernel refuses (a vanished route, a full buffer) is
-// skipped, as a failed sendto was. The slots' addresses are cleared so
-// that the batch does not keep the last clients' addresses alive.
+// skipped, as a failed sendto was. The slots are cleared so that the batch
+// does not keep the replies' buffers referenced twice.
 func (s *udpSocket) flush(b *udpBatch) error {
-	out := b.out[:b.n]
 	var err error
-	for len(out) > 0 {
+	for done := 0; done < b.n; {
 		var n int
-		n, err = s.batch.WriteBatch(out, 0)
+		n, err = b.io.write(b, done)
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				break
 			}
-			// sendmmsg fails only on the first reply it could not send
-			// (x/net then returns -1, not the count): skip that one.
-			n = max(n, 0) + 1
+			// sendmmsg fails only on the first reply it could not send:
+			// skip that one.
+			n = 1
 		}
-		out = out[min(n, len(out)):]
+		done += n
 	}
-	for i := range b.n {
-		b.out[i].Addr = nil
-		b.out[i].Buffers[0] = nil
-	}
+	clear(b.out[:b.n])
 	b.n = 0
 	return err
 }

@@ -369,6 +369,17 @@ func (v Entry) Org() string {
 	return v.e.org.Value()
 }
 
+// OrgHandle is Org interned: equal handles are equal organisations, and
+// comparing or hashing one reads a pointer, not the name (a per-query
+// cache keyed by organisation, as the resolver's policy memo). The zero
+// Entry's is the zero handle.
+func (v Entry) OrgHandle() unique.Handle[string] {
+	if v.e == nil {
+		return unique.Handle[string]{}
+	}
+	return v.e.org
+}
+
 // Revision is the producer's deploy revision.
 func (v Entry) Revision() int64 {
 	if v.e == nil {

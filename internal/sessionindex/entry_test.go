@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unique"
 	"unsafe"
 
 	"github.com/svc-pf/svc-pf/internal/identity"
@@ -162,6 +163,35 @@ func TestEntryIdentity(t *testing.T) {
 	}
 	if got := (Entry{}).Identity(); got != (identity.Identity{}) {
 		t.Errorf("zero Entry: Identity() = %+v", got)
+	}
+}
+
+// TestEntryOrgHandle: OrgHandle names Org, and two entries' handles are
+// equal exactly when their organisations are (the resolver keys a memo by
+// it); the zero Entry's is the zero handle.
+func TestEntryOrgHandle(t *testing.T) {
+	cases := roundTripCases()
+	ix := Empty().Apply(cases, nil)
+	var entries []Entry
+	for _, s := range cases {
+		e, ok := ix.Get(s.ID)
+		if !ok {
+			t.Fatalf("Get(%q) missed", s.ID)
+		}
+		if got := e.OrgHandle().Value(); got != s.Org {
+			t.Errorf("%q: OrgHandle().Value() = %q, want %q", s.ID, got, s.Org)
+		}
+		entries = append(entries, e)
+	}
+	for _, a := range entries {
+		for _, b := range entries {
+			if (a.OrgHandle() == b.OrgHandle()) != (a.Org() == b.Org()) {
+				t.Errorf("%q and %q: handles equal %v, orgs %q and %q", a.ID(), b.ID(), a.OrgHandle() == b.OrgHandle(), a.Org(), b.Org())
+			}
+		}
+	}
+	if (Entry{}).OrgHandle() != (unique.Handle[string]{}) {
+		t.Error("zero Entry: OrgHandle is not the zero handle")
 	}
 }
 
