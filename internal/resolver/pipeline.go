@@ -217,6 +217,9 @@ func (r *Resolver) forward(ctx context.Context, req *dns.Msg, q *query) *dns.Msg
 // cancellation the deadline still bounds the Exchange, which checks it
 // with the clock and sets it on its sockets.
 func uncancelled(ctx context.Context) context.Context {
+	if ctx.Done() == nil { // never cancelled already (queryContext's)
+		return ctx
+	}
 	d, ok := ctx.Deadline()
 	if !ok {
 		return context.WithoutCancel(ctx)
@@ -232,6 +235,20 @@ type deadlineOnly struct {
 }
 
 func (c deadlineOnly) Deadline() (time.Time, bool) { return c.deadline, true }
+
+// queryTimeout bounds one client query's work on the slow path, forwarders
+// included: Exchange gives up at this deadline and the client gets its
+// SERVFAIL (the forwarders' own timeout and rounds fit well inside it).
+const queryTimeout = 5 * time.Second
+
+// queryContext is the context of a slow-path query that started at start:
+// a deadline and nothing to cancel. Nothing cancels a query while it waits
+// (a UDP client cannot take its question back; a closed TCP connection
+// shows when the answer is written), so a cancellable context would only
+// cost a timer and a cancel context per miss.
+func queryContext(start time.Time) context.Context {
+	return deadlineOnly{Context: context.Background(), deadline: start.Add(queryTimeout)}
+}
 
 // unsupportedType reports the query types a resolver is not asked for:
 // PowerDNS's list (SyncRes::isUnsupported), RFC 6895's meta types 128–254

@@ -42,3 +42,19 @@ func TestUncancelled(t *testing.T) {
 		}
 	})
 }
+
+// TestQueryContext: a slow-path query's context carries its deadline and
+// nothing to cancel, and forward hands it on as it is.
+func TestQueryContext(t *testing.T) {
+	start := time.Now()
+	ctx := queryContext(start)
+	if d, ok := ctx.Deadline(); !ok || !d.Equal(start.Add(queryTimeout)) {
+		t.Errorf("deadline %v, %v; want %v", d, ok, start.Add(queryTimeout))
+	}
+	if ctx.Done() != nil || ctx.Err() != nil {
+		t.Errorf("Done %v, Err %v: want nil, nil", ctx.Done(), ctx.Err())
+	}
+	if u := uncancelled(ctx); u != ctx {
+		t.Errorf("uncancelled wrapped a context that cannot be cancelled: %#v", u)
+	}
+}

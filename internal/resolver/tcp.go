@@ -1,7 +1,6 @@
 package resolver
 
 import (
-	"context"
 	"encoding/binary"
 	"errors"
 	"net"
@@ -111,8 +110,7 @@ func (t *tcpServer) handle(r *Resolver, w dns.ResponseWriter, req *dns.Msg) {
 		t.write(r, w, req, errorReply(req, dns.RcodeBadVers), start) // RFC 6891 §6.1.3
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
+	ctx := queryContext(start)
 	t.shard.Inc(stats.ConcurrentQueries)
 	reply := r.resolve(ctx, &query{req: req, client: client, tcp: true, start: start, shard: t.shard})
 	t.shard.Dec(stats.ConcurrentQueries)

@@ -2,7 +2,6 @@ package resolver
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"net"
 	"net/netip"
@@ -229,8 +228,7 @@ func (s *udpSocket) slowPath(r *Resolver, pkt []byte, from netip.AddrPort, clien
 		s.shard.Inc(stats.ClientParseErrors)
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
+	ctx := queryContext(start)
 	reply := r.resolve(ctx, &query{req: req, client: client, start: start, shard: s.shard, policy: p})
 	if reply == nil {
 		return // drop
