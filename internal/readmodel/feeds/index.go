@@ -12,6 +12,7 @@ import (
 	"hash/maphash"
 	"iter"
 	"strings"
+	"unsafe"
 
 	"github.com/svc-pf/svc-pf/internal/feed"
 )
@@ -96,19 +97,23 @@ func (ix *Index) Len() int { return ix.n }
 // into the Index.
 func (ix *Index) Lookup(name, path string) (Match, bool) {
 	// The walk is in two passes over the name's suffixes. The first hashes
-	// each from the right, extending its parent's hash, and reads the
-	// fingerprints of its two slots in its shard and in the overlay: the
-	// memory accesses a probe waits for. They do not depend on one
-	// another, so the processor has them in flight together, and the
-	// probes of a name's parents wait for memory once, not once each. The
-	// second pass searches, most specific first, in lines that have
-	// arrived.
+	// each from the right, extending its parent's hash, computes the two
+	// slots of its probe in its shard and in the overlay, and asks for
+	// all their lines at once with prefetches (index_prefetch_*): those do
+	// not wait for the lines, unlike loads, which hold up everything after
+	// them in the processor's window until their line arrives. With loads,
+	// a lookup of a name of three or four labels filled that window before
+	// its last probe's lines were asked for, and waited for memory more
+	// than once (docs/feed-index.md). The second pass searches, most specific
+	// first, in lines that have arrived or are on the way.
 	var dots [maxDots]int
 	nd := findDots(name, &dots)
 	if nd > maxDots {
 		return ix.lookupDeep(name, path)
 	}
 	var probes [lookupBatch]probe
+	var lines lineBatch
+	nl := 0
 	h, end := ix.key.root, len(name)
 	for k := nd; k >= 0; k-- {
 		start := 0
@@ -116,11 +121,35 @@ func (ix *Index) Lookup(name, path string) (Match, bool) {
 			start = dots[k-1] + 1
 		}
 		h = ix.key.step(h, name[start:end])
-		ix.probe(&probes[k], h, start)
+		nl = ix.probe(&probes[k], h, start, &lines, nl)
 		end = start - 1
 	}
+	prefetchLines(&lines, nl)
 	for k := 0; k <= nd; k++ {
-		if m, ok := ix.search(&probes[k], name, path); ok {
+		p := &probes[k]
+		if !p.over {
+			// The common case, without search's generality: a shard
+			// without a stash, the overlay's filter clear. Most suffixes
+			// are not in the index, which the four fingerprints of their
+			// slots say; a hit is matched from the entry found, without
+			// looking for it again.
+			homes := ix.homes[p.shard]
+			if homes == 0 {
+				continue
+			}
+			if homes&stashFlag == 0 {
+				blob, suffix := ix.shards[p.shard], name[p.from:]
+				var w window
+				readWindow(blob, p.slot, p.slot2, &w)
+				if o, ok := probeSlot(blob, p.slot, p.slot2, p.fp, &w, suffix); ok {
+					if m, ok := ix.slotMatch(blob, o, suffix, path); ok {
+						return m, true
+					}
+				}
+				continue
+			}
+		}
+		if m, ok := ix.search(p, name, path); ok {
 			return m, true
 		}
 	}
@@ -135,27 +164,35 @@ const (
 	maxDots     = lookupBatch - 1
 )
 
+// lineBatch is the addresses of the lines a batch of probes reads: two in
+// the shard and two in the overlay for each of lookupBatch suffixes. They
+// are addresses inside the Index's blobs, which the Index keeps alive;
+// they are only handed to prefetchLines, never read through.
+type lineBatch [4 * lookupBatch]uintptr
+
 // lookupDeep is Lookup for names of more than lookupBatch labels. It walks
 // from the right, lookupBatch suffixes at a time: a match in a batch is
 // more specific than any in the batches to its right, so the last batch
 // with one has the answer.
 func (ix *Index) lookupDeep(name, path string) (Match, bool) {
 	var probes [lookupBatch]probe
+	var lines lineBatch
 	var best Match
 	found := false
 	h, end := ix.key.root, len(name)
 	for {
-		k, start := 0, 0
+		k, start, nl := 0, 0, 0
 		for k < lookupBatch {
 			start = labelStart(name, end)
 			h = ix.key.step(h, name[start:end])
-			ix.probe(&probes[k], h, start)
+			nl = ix.probe(&probes[k], h, start, &lines, nl)
 			k++
 			if start == 0 {
 				break
 			}
 			end = start - 1
 		}
+		prefetchLines(&lines, nl)
 		for j := k - 1; j >= 0; j-- {
 			if m, ok := ix.search(&probes[j], name, path); ok {
 				best, found = m, true
@@ -168,27 +205,34 @@ func (ix *Index) lookupDeep(name, path string) (Match, bool) {
 	}
 }
 
-// probe fills p for the suffix at from, whose hash is h, and reads the
-// fingerprints of its two slots (index_shard.go) in its shard and in the
-// overlay: the answer is in their lines, which are asked for now.
-func (ix *Index) probe(p *probe, h uint64, from int) {
+// probe fills p for the suffix at from, whose hash is h: its shard, its
+// fingerprints and its two slots in the shard and in the overlay (when
+// the overlay's filter lets it through). It appends the addresses of
+// those slots' lines to lines from n on and returns the new count; it
+// reads none of them, so that nothing here waits for memory.
+func (ix *Index) probe(p *probe, h uint64, from int, lines *lineBatch, n int) int {
+	const mask = len(lineBatch{}) - 1 // a batch appends at most len(lines): no bounds checks
 	p.from, p.shard, p.fp = from, uint32(h>>ix.shift), shardFP(h, ix.bits)
-	p.fps = window{} // an empty shard: no name
 	if homes := ix.homes[p.shard]; homes > 0 {
 		first := homeOf(p.fp, homes)
 		p.slot, p.slot2 = first*slotSize, altOf(p.fp, first, homes)*slotSize
-		readWindow(ix.shards[p.shard], p.slot, p.slot2, &p.fps)
+		base := uintptr(unsafe.Pointer(unsafe.StringData(ix.shards[p.shard])))
+		lines[n&mask], lines[(n+1)&mask] = base+uintptr(p.slot), base+uintptr(p.slot2)
+		n += 2
 	}
-	p.ofps, p.over = window{}, false
+	p.over = false
 	if homes := ix.overHomes; homes > 0 {
 		p.ofp = overlayFP(h)
 		if i := overBit(p.ofp, ix.overShift); ix.overFilter[i>>6]&(1<<(i&63)) != 0 {
 			p.over = true
 			first := homeOf(p.ofp, homes)
 			p.oslot, p.oslot2 = first*slotSize, altOf(p.ofp, first, homes)*slotSize
-			readWindow(ix.over, p.oslot, p.oslot2, &p.ofps)
+			base := uintptr(unsafe.Pointer(unsafe.StringData(ix.over)))
+			lines[n&mask], lines[(n+1)&mask] = base+uintptr(p.oslot), base+uintptr(p.oslot2)
+			n += 2
 		}
 	}
+	return n
 }
 
 // overBit is the bit of the overlay filter for the overlay fingerprint
@@ -196,11 +240,14 @@ func (ix *Index) probe(p *probe, h uint64, from int) {
 func overBit(fp uint32, shift uint) uint32 { return fp * 0x9e3779b1 >> shift }
 
 // search looks for the entry of one probe's suffix: in the overlay, which
-// shadows the shard, else in the shard.
+// shadows the shard, else in the shard. It reads the fingerprints of the
+// probe's slots, whose lines the lookup has prefetched.
 func (ix *Index) search(p *probe, name, path string) (Match, bool) {
 	suffix := name[p.from:]
+	var w window
 	if p.over {
-		o, ok := probeSlot(ix.over, p.oslot, p.oslot2, p.ofp, &p.ofps, suffix)
+		readWindow(ix.over, p.oslot, p.oslot2, &w)
+		o, ok := probeSlot(ix.over, p.oslot, p.oslot2, p.ofp, &w, suffix)
 		if !ok && ix.overHomes&stashFlag != 0 {
 			b, stash := blobSlots(ix.over)
 			o, ok = findStash(ix.over, b, stash, p.ofp, suffix)
@@ -214,7 +261,8 @@ func (ix *Index) search(p *probe, name, path string) (Match, bool) {
 		return Match{}, false
 	}
 	blob := ix.shards[p.shard]
-	o, ok := probeSlot(blob, p.slot, p.slot2, p.fp, &p.fps, suffix)
+	readWindow(blob, p.slot, p.slot2, &w)
+	o, ok := probeSlot(blob, p.slot, p.slot2, p.fp, &w, suffix)
 	if !ok && homes&stashFlag != 0 {
 		b, stash := blobSlots(blob)
 		o, ok = findStash(blob, b, stash, p.fp, suffix)
@@ -236,13 +284,12 @@ func (ix *Index) slotMatch(blob string, o int, name, path string) (Match, bool) 
 }
 
 // probe is one suffix of a lookup: where it starts in the name, its
-// shard, its fingerprints, its two slots in the shard and in the overlay
-// and the fingerprints of their entries. It holds no pointers, so
-// that filling it costs no write barrier.
+// shard, its fingerprints, and its two slots in the shard and in the
+// overlay. It holds no pointers, so that filling it costs no write
+// barrier.
 type probe struct {
 	from, slot, slot2, oslot, oslot2 int
 	shard, fp, ofp                   uint32
-	fps, ofps                        window
 	over                             bool // the overlay may have it
 }
 

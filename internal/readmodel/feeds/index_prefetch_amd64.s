@@ -1,0 +1,16 @@
+#include "textflag.h"
+
+// func prefetchLines(lines *lineBatch, n int)
+TEXT ·prefetchLines(SB), NOSPLIT|NOFRAME, $0-16
+	MOVQ lines+0(FP), AX
+	MOVQ n+8(FP), CX
+	TESTQ CX, CX
+	JEQ done
+loop:
+	MOVQ (AX), DX
+	PREFETCHT0 (DX)
+	ADDQ $8, AX
+	DECQ CX
+	JNE loop
+done:
+	RET
