@@ -31,20 +31,34 @@
 # CPU line says how they split.
 #
 # Usage: bench/simulator.sh [SECONDS=30] [CONNECTIONS=64]
-#   env: THREADS=2 WORKERS=2 SESSIONS=1000000 FEED_KEYS=1000000
+#   CONNECTIONS is wrk's connection count (-c), or a list of them ("8 16 32"):
+#   each run then gets one wrk pass per count, in order, against the same
+#   server. In wrk's closed loop the mean latency is connections ÷ req/s
+#   (Little's law), so p99 ≤ 5 ms needs few connections; ≥ 10 000 req/s
+#   needs enough of them to keep the 2 Lua workers busy.
+#   env: THREADS=2    wrk's threads (-t; at most the connection count)
+#        WORKERS=2 SESSIONS=1000000 FEED_KEYS=1000000
 #        RUNS="uniform hot info"  which runs, in order ("info": GET /api/v1/info,
 #                    no Lua: the HTTP stack alone, for comparison)
 #        MICRO=1     also print the in-process cost of each layer of one simulate
 #                    (engine, Lua round trip, JSON) before the load
 #        PROFILE=1   take a CPU profile (/debug/pprof/profile) during each run and
 #                    print its top functions (go tool pprof -top)
-#        GOGC=…      passed to the server (Go's GC target; default 100)
+#        SERVER_ENV="GOGC=… GOMEMLIMIT=… GOMAXPROCS=…"  environment of the
+#                    server only (GOGC set in the script's own environment
+#                    reaches the server too, and go build and the load client)
+#        GCTRACE=1   run the server with GODEBUG=gctrace=1: each run prints the
+#                    GC cycles it saw and how long they marked, and each
+#                    fixed-rate run lines its latencies up with them
+#                    (`simulator gcjoin`: percentiles of the requests due
+#                    during a cycle and outside, the worst 100 ms intervals)
 #        KEEP=1      keep the work directory (its path is printed)
 #        RATE=N      after each uniform/hot wrk run, a fixed-rate (open-loop) run
 #                    offering N requests/s for SECONDS (after a 5 s warm-up at
 #                    that rate) with `simulator load` (bench/simulator/load.go):
 #                    latencies from each request's due time, so queueing counts
-#                    (no coordinated omission); CONNS_OPEN=256 connections
+#                    (no coordinated omission); CONNS_OPEN=256 connections.
+#                    A list ("6000 8000 10000") gives one run per rate.
 #        SERVER_TREE=DIR  build the server (`simulator serve`) from another
 #                    checkout of the repository, e.g. a baseline made with
 #                    `git archive HEAD | tar -x -C DIR`; gen, wrk.lua and the
@@ -54,7 +68,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-30}
-conns=${2:-64}
+conns_list=${2:-64}
 threads=${THREADS:-2}
 workers=${WORKERS:-2}
 sessions=${SESSIONS:-1000000}
@@ -96,7 +110,10 @@ echo "== generating: feed of $feed_keys keys, request paths"
 echo "== starting the simulator: $sessions sessions, $workers Lua workers"
 micro=()
 [ "${MICRO:-}" = 1 ] && micro=(-micro)
-"$server_bin" serve -work "$work" -sessions "$sessions" -workers "$workers" "${micro[@]}" \
+server_env=(${SERVER_ENV:-})
+[ "${GCTRACE:-}" = 1 ] && server_env+=(GODEBUG=gctrace=1)
+[ ${#server_env[@]} -gt 0 ] && echo "   server environment: ${server_env[*]}"
+env "${server_env[@]}" "$server_bin" serve -work "$work" -sessions "$sessions" -workers "$workers" "${micro[@]}" \
 	> "$work/serve.out" 2> "$work/serve.log" &
 server=$!
 addr=""
@@ -107,7 +124,14 @@ for _ in $(seq 1 600); do
 	sleep 0.5
 done
 [ -n "$addr" ] || { echo "the simulator did not start" >&2; cat "$work/serve.log" >&2; exit 1; }
-grep -E 'sessions indexed|settings loaded|feed loaded|read models loaded' "$work/serve.log" | sed 's/^[^ ]* level=INFO /   /'
+gc_lines() { grep -c '^gc [0-9]' "$work/serve.log" || true; }
+gc_summary() { # GC cycles logged after the first $1 of serve.log: count, wall ms marking, last heap
+	awk -v from="$1" '/^gc [0-9]/ { n++; if (n <= from) next; c++
+		split($5, t, "+"); ms += t[1] + t[2] + t[3]; heap = $11 }
+		END { if (c) printf "   GC during the run: %d cycles, %.0f ms of wall time in them, last heap %s MB\n", c, ms, heap
+		      else print "   GC during the run: no cycle" }' "$work/serve.log"
+}
+grep -E 'sessions indexed|settings loaded|feed loaded|read models loaded|forced GC' "$work/serve.log" | sed 's/^[^ ]* level=INFO /   /'
 grep '^MICRO' "$work/serve.out" | sed 's/^/   /' || true
 base="http://$addr"
 curl -sf "$base/api/v1/info" | sed 's/^/   info: /'
@@ -117,12 +141,19 @@ echo "   one answer: $(curl -sf -H 'X-API-Key: bench-key' "$base$(sed -n 1p "$wo
 echo /api/v1/info > "$work/paths-info.txt"
 for run in $runs; do
 	paths="$work/paths-$run.txt"
+	warm=1
+	for conns in $conns_list; do
+	t=$((threads < conns ? threads : conns))
 	if [ "$run" = info ]; then
-		echo "== info (the HTTP stack without Lua, for comparison): wrk -t$threads -c$conns -d${seconds}s, GET /api/v1/info"
+		echo "== info (the HTTP stack without Lua, for comparison): wrk -t$t -c$conns -d${seconds}s, GET /api/v1/info"
 	else
-		echo "== $run: wrk -t$threads -c$conns -d${seconds}s (after a 5 s warm-up), GET /api/v1/simulate, random paths of $(basename "$paths")"
+		echo "== $run: wrk -t$t -c$conns -d${seconds}s (after a 5 s warm-up), GET /api/v1/simulate, random paths of $(basename "$paths")"
 	fi
-	wrk -t"$threads" -c"$conns" -d5s -s bench/simulator/wrk.lua "$base" -- "$paths" > /dev/null
+	if [ "$warm" = 1 ]; then # once per run: the later counts follow a warm server
+		wrk -t"$t" -c"$conns" -d5s -s bench/simulator/wrk.lua "$base" -- "$paths" > /dev/null
+		warm=0
+	fi
+	gc0=$(gc_lines)
 	load0=$(cut -d' ' -f1 /proc/loadavg)
 	s0=$(cpu_of "$server")
 	m0=$(machine_busy)
@@ -136,7 +167,7 @@ for run in $runs; do
 		profiler2=$!
 	fi
 	/usr/bin/time -f '%U %S' -o "$work/wrk.time" \
-		wrk -t"$threads" -c"$conns" -d"${seconds}s" -s bench/simulator/wrk.lua "$base" -- "$paths" > "$work/wrk.out"
+		wrk -t"$t" -c"$conns" -d"${seconds}s" -s bench/simulator/wrk.lua "$base" -- "$paths" > "$work/wrk.out"
 	s1=$(cpu_of "$server")
 	m1=$(machine_busy)
 	load1=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -150,6 +181,7 @@ for run in $runs; do
 	}'
 	echo "   load average: $load0 before, $load1 after; server RSS $(vm "$server" VmRSS) (peak $(vm "$server" VmHWM))"
 	grep 'msg=runtime' "$work/serve.log" | tail -n 1 | sed 's/^.*msg=runtime /   server, last 10 s: /'
+	if [ "${GCTRACE:-}" = 1 ]; then gc_summary "$gc0"; fi
 	if [ -n "$prof" ]; then
 		wait "$profiler" "$profiler2" || true
 		echo "   CPU profile of the server (go tool pprof -top):"
@@ -159,14 +191,17 @@ for run in $runs; do
 		echo "   bytes allocated over the profile (go tool pprof -top -sample_index=alloc_space -cum):"
 		go tool pprof -top -cum -sample_index=alloc_space -nodecount 25 "$server_bin" "$prof.allocs" 2>/dev/null | sed -n '4,35p' | sed 's/^/     /'
 	fi
-	if [ -n "${RATE:-}" ] && [ "$run" != info ]; then
-		echo "== $run at a fixed rate: simulator load -rate $RATE -duration ${seconds}s -conns ${CONNS_OPEN:-256} (after a 5 s warm-up at that rate)"
+	done
+	[ "$run" = info ] && continue
+	for rate in ${RATE:-}; do
+		echo "== $run at a fixed rate: simulator load -rate $rate -duration ${seconds}s -conns ${CONNS_OPEN:-256} (after a 5 s warm-up at that rate)"
+		gc0=$(gc_lines)
 		s0=$(cpu_of "$server")
 		m0=$(machine_busy)
 		t0=$(date +%s.%N)
 		/usr/bin/time -f '%U %S' -o "$work/load.time" \
-			"$work/simulator" load -addr "$addr" -paths "$paths" -rate "$RATE" -duration "${seconds}s" \
-			-warmup 5s -conns "${CONNS_OPEN:-256}" > "$work/load.out"
+			"$work/simulator" load -addr "$addr" -paths "$paths" -rate "$rate" -duration "${seconds}s" \
+			-warmup 5s -conns "${CONNS_OPEN:-256}" -timeline "$work/timeline-$run-$rate.txt" > "$work/load.out"
 		s1=$(cpu_of "$server")
 		m1=$(machine_busy)
 		w=$(awk '{ printf "%.2f", $1 + $2 }' "$work/load.time")
@@ -180,6 +215,12 @@ for run in $runs; do
 			printf "   CPU over warm-up + run (%d cores × %d s = %d core-s): server %.1f, load client %.1f, everything else %.1f, idle %.1f\n",
 				c, d, c * d, srv, w, other, idle
 		}'
-		echo "   server RSS $(vm "$server" VmRSS) (peak $(vm "$server" VmHWM))"
-	fi
+		echo "   load average: $(cut -d' ' -f1-3 /proc/loadavg); server RSS $(vm "$server" VmRSS) (peak $(vm "$server" VmHWM))"
+		if [ "${GCTRACE:-}" = 1 ]; then
+			gc_summary "$gc0"
+			"$work/simulator" gcjoin -timeline "$work/timeline-$run-$rate.txt" -serve-log "$work/serve.log" \
+				-start "$(sed -n 's/^START //p' "$work/serve.out")" | sed 's/^GCJOIN /   /'
+		fi
+		[ "${KEEP:-}" = 1 ] || rm -f "$work/timeline-$run-$rate.txt"
+	done
 done

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -19,7 +20,7 @@ import (
 
 // load is the fixed-rate (open-loop) latency run:
 //
-//	simulator load -addr HOST:PORT -paths FILE [-rate 10000] [-duration 30s] [-warmup 5s] [-conns 256]
+//	simulator load -addr HOST:PORT -paths FILE [-rate 10000] [-duration 30s] [-warmup 5s] [-conns 256] [-timeline FILE]
 //
 // wrk is a closed loop: each of its connections sends the next request when
 // the previous answer arrives, so a slow answer also delays the requests
@@ -40,7 +41,14 @@ import (
 //	RESULT offered=… sent=… seconds=… rps=… p50_ms=… p90_ms=… p99_ms=… p999_ms=… max_ms=… non2xx=… errors=… behind_ms=…
 //
 // behind_ms is how far the dispatcher itself ever fell behind the schedule
-// (the client's own lag, which the latencies include).
+// (the client's own lag, which the latencies include). send_p99_ms is the
+// 99th percentile of the time from a request's due time to the moment its
+// connection's goroutine began writing it: the client's own queueing and
+// scheduling, part of every latency.
+//
+// -timeline writes one line per measured request, "DUE_UNIX_NS LATENCY_US
+// SEND_US" (SEND_US: due → write), for lining the latencies up with the
+// server's GC cycles (simulator gcjoin).
 func load(args []string) error {
 	fs := flag.NewFlagSet("load", flag.ExitOnError)
 	addr := fs.String("addr", "", "the simulator's HOST:PORT")
@@ -49,6 +57,7 @@ func load(args []string) error {
 	duration := fs.Duration("duration", 30*time.Second, "measured time")
 	warmup := fs.Duration("warmup", 5*time.Second, "time at the same rate before measuring (not recorded)")
 	conns := fs.Int("conns", 256, "keep-alive connections")
+	timeline := fs.String("timeline", "", "write each measured request's due time, latency and send delay to this file")
 	_ = fs.Parse(args)
 	if *addr == "" || *pathsFile == "" || *rate < 1 || *conns < 1 || *duration <= 0 {
 		return errors.New("need -addr, -paths, -rate ≥ 1, -conns ≥ 1, -duration > 0")
@@ -66,6 +75,8 @@ func load(args []string) error {
 	due := make(chan time.Time, total)
 	type result struct {
 		lat    []time.Duration
+		send   []time.Duration // due → write
+		due    []time.Time
 		non2xx int
 		errs   int
 	}
@@ -89,6 +100,7 @@ func load(args []string) error {
 					}
 					cn = c
 				}
+				sent := time.Since(d)
 				status, err := cn.do(req)
 				lat := time.Since(d)
 				if err != nil {
@@ -105,6 +117,10 @@ func load(args []string) error {
 					r.non2xx++
 				}
 				r.lat = append(r.lat, lat)
+				r.send = append(r.send, sent)
+				if *timeline != "" {
+					r.due = append(r.due, d)
+				}
 			}
 			if cn != nil {
 				cn.close()
@@ -125,28 +141,66 @@ func load(args []string) error {
 	wg.Wait()
 	elapsed := time.Since(measureFrom)
 
-	var all []time.Duration
+	var all, sends []time.Duration
 	non2xx, errs := 0, 0
 	for _, r := range results {
 		all = append(all, r.lat...)
+		sends = append(sends, r.send...)
 		non2xx += r.non2xx
 		errs += r.errs
 	}
-	slices.Sort(all)
-	pct := func(p float64) float64 {
-		if len(all) == 0 {
-			return 0
+	if *timeline != "" {
+		if err := writeTimeline(*timeline, results, func(r result) ([]time.Time, []time.Duration, []time.Duration) {
+			return r.due, r.lat, r.send
+		}); err != nil {
+			return err
 		}
-		i := int(p / 100 * float64(len(all)))
-		if i >= len(all) {
-			i = len(all) - 1
-		}
-		return float64(all[i]) / float64(time.Millisecond)
 	}
-	fmt.Printf("RESULT offered=%d sent=%d seconds=%.1f rps=%.0f p50_ms=%.2f p90_ms=%.2f p99_ms=%.2f p999_ms=%.2f max_ms=%.2f non2xx=%d errors=%d behind_ms=%.1f\n",
+	slices.Sort(all)
+	slices.Sort(sends)
+	fmt.Printf("RESULT offered=%d sent=%d seconds=%.1f rps=%.0f p50_ms=%.2f p90_ms=%.2f p99_ms=%.2f p999_ms=%.2f max_ms=%.2f non2xx=%d errors=%d behind_ms=%.1f send_p99_ms=%.2f\n",
 		*rate, len(all), elapsed.Seconds(), float64(len(all))/elapsed.Seconds(),
-		pct(50), pct(90), pct(99), pct(99.9), pct(100), non2xx, errs, float64(behind)/float64(time.Millisecond))
+		pct(all, 50), pct(all, 90), pct(all, 99), pct(all, 99.9), pct(all, 100), non2xx, errs,
+		float64(behind)/float64(time.Millisecond), pct(sends, 99))
 	return nil
+}
+
+// pct is the p-th percentile of sorted durations, in ms.
+func pct(sorted []time.Duration, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(p / 100 * float64(len(sorted)))
+	if i >= len(sorted) {
+		i = len(sorted) - 1
+	}
+	return float64(sorted[i]) / float64(time.Millisecond)
+}
+
+// writeTimeline writes every measured request as "DUE_UNIX_NS LATENCY_US
+// SEND_US", in due order.
+func writeTimeline[R any](file string, results []R, parts func(R) ([]time.Time, []time.Duration, []time.Duration)) error {
+	type row struct {
+		due       int64
+		lat, send time.Duration
+	}
+	var rows []row
+	for _, r := range results {
+		due, lat, send := parts(r)
+		for i := range due {
+			rows = append(rows, row{due[i].UnixNano(), lat[i], send[i]})
+		}
+	}
+	slices.SortFunc(rows, func(a, b row) int { return cmp.Compare(a.due, b.due) })
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriterSize(f, 1<<20)
+	for _, r := range rows {
+		fmt.Fprintf(w, "%d %d %d\n", r.due, r.lat.Microseconds(), r.send.Microseconds())
+	}
+	return errors.Join(w.Flush(), f.Close())
 }
 
 // requestBytes reads the paths and formats each as a whole GET request.

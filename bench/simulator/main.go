@@ -4,7 +4,8 @@
 //
 //	simulator gen   -work DIR -lists DIR [-feed-keys N] [-sessions N] [-orgs N] [-paths N] [-hot N]
 //	simulator serve -work DIR [-sessions N] [-orgs N] [-workers N] [-listen ADDR] [-micro [-micro-profile FILE]]
-//	simulator load  -addr HOST:PORT -paths FILE [-rate N] [-duration D] [-warmup D] [-conns N]
+//	simulator load  -addr HOST:PORT -paths FILE [-rate N] [-duration D] [-warmup D] [-conns N] [-timeline FILE]
+//	simulator gcjoin -timeline FILE -serve-log FILE -start UNIX_NS
 //
 // gen builds the feed directory DIR/feed with feedbuild (the real lists of
 // -lists, read in place, plus synthetic domains up to -feed-keys keys) and
@@ -24,7 +25,8 @@
 // in process and without HTTP, what one simulate costs in each layer.
 //
 // load offers requests at a fixed rate and reports latencies measured from
-// when each request was due (load.go).
+// when each request was due (load.go); gcjoin lines those latencies up
+// with the server's GC cycles (gcjoin.go).
 //
 // Sessions, settings and requests are functions of their index, so gen and
 // serve agree without sharing anything but the flags.
@@ -95,12 +97,18 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: simulator gen|serve|load [flags]")
 		os.Exit(2)
 	}
-	if os.Args[1] == "load" {
-		if err := load(os.Args[2:]); err != nil {
-			fmt.Fprintln(os.Stderr, "simulator load:", err)
+	switch os.Args[1] {
+	case "load", "gcjoin":
+		run := map[string]func([]string) error{"load": load, "gcjoin": gcjoin}[os.Args[1]]
+		if err := run(os.Args[2:]); err != nil {
+			fmt.Fprintf(os.Stderr, "simulator %s: %v\n", os.Args[1], err)
 			os.Exit(1)
 		}
 		return
+	case "serve":
+		// The origin of GODEBUG=gctrace=1's "@S.SSSs" (the runtime starts
+		// a fraction of a millisecond earlier), for gcjoin.
+		fmt.Printf("START %d\n", time.Now().UnixNano())
 	}
 	var p params
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
@@ -416,6 +424,7 @@ func serve(p params, log *slog.Logger) error {
 	ix := b.Index()
 	b = nil
 	log.Info("sessions indexed", "sessions", ix.Len(), "took", time.Since(t0).Round(time.Millisecond))
+	forcedGC(log, "sessions")
 
 	// Settings: the real read model following the bucket of an embedded
 	// NATS server (as under `svc-pf all`).
@@ -470,6 +479,7 @@ func serve(p params, log *slog.Logger) error {
 		return err
 	}
 	log.Info("settings loaded", "documents", sm.Snapshot().Len(), "published", ndocs, "took", time.Since(t0).Round(time.Millisecond))
+	forcedGC(log, "sessions, settings (and the embedded NATS server)")
 
 	// Feeds: a real client of the directory gen built.
 	t0 = time.Now()
@@ -487,6 +497,7 @@ func serve(p params, log *slog.Logger) error {
 		entries += f.Entries
 	}
 	log.Info("feed loaded", "entries", entries, "took", time.Since(t0).Round(time.Millisecond))
+	forcedGC(log, "sessions, settings, feed")
 
 	// The engine and the simulator, as app.StartSimulator wires them (the
 	// node's readModels.View with no RPZ zone configured).
@@ -543,6 +554,25 @@ func serve(p params, log *slog.Logger) error {
 	go func() { done <- svc.Run(ctx) }()
 	err = server.Serve(ctx)
 	return errors.Join(err, <-done)
+}
+
+// forcedGC runs a whole GC cycle and logs how long it took and what it
+// found live: with nothing else running, a cycle's wall time is the mark
+// work of the heap so far spread over GOMAXPROCS, so the differences
+// between the steps of serve say what each read model costs every GC
+// cycle under load.
+func forcedGC(log *slog.Logger, loaded string) {
+	runtime.GC() // the garbage of loading, so that the timed cycle marks only what stays
+	s := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}, {Name: "/gc/heap/live:bytes"}, {Name: "/gc/scan/heap:bytes"}}
+	metrics.Read(s)
+	cpu0 := s[0].Value.Float64()
+	t0 := time.Now()
+	runtime.GC()
+	took := time.Since(t0)
+	metrics.Read(s)
+	log.Info("forced GC", "loaded", loaded, "wall_ms", took.Milliseconds(),
+		"gc_cpu_ms", int((s[0].Value.Float64()-cpu0)*1000), "heap_live_mb", s[1].Value.Uint64()>>20,
+		"scannable_heap_mb", s[2].Value.Uint64()>>20)
 }
 
 // runtimeStats logs the heap and the GC's share of the CPU every 10 s, for

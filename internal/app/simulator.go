@@ -6,8 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"os"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -30,6 +35,100 @@ type LuaConfig struct {
 	CallTimeout time.Duration `yaml:"call_timeout"`
 }
 
+// RuntimeConfig is the simulator's `runtime` section: the Go runtime's
+// GOMAXPROCS, GOGC and GOMEMLIMIT in the config file. The simulator's read
+// models are a large, long-lived heap (≈ 400 MB at 1 M sessions), and every
+// GC cycle marks all of it while requests keep arriving: on 2 cores a cycle
+// takes 0.25–0.7 s and half a core, and the requests due during it make the
+// latency tail (docs/performance.md, "simulator tails"). Fewer cycles mean
+// fewer slow requests, at the cost of memory; more Ps than cores keep
+// requests moving while the kernel runs another process (a load generator,
+// the resolver) on a core that one of the process's threads was using. The
+// settings are process-wide: under `svc-pf all` they apply to every service
+// of the process.
+type RuntimeConfig struct {
+	// GOMAXPROCS is how many goroutines run Go code at once (the runtime's
+	// default: the cores the process may use). 0 leaves the runtime's (the
+	// GOMAXPROCS environment variable, or the cores).
+	GOMAXPROCS int `yaml:"gomaxprocs"`
+	// GCPercent is GOGC: the heap may grow this many percent over the live
+	// heap before the next cycle (the runtime's default is 100). -1 turns
+	// the proportional target off, leaving MemoryLimit to pace the GC. 0
+	// leaves the runtime's (the GOGC environment variable, or 100).
+	GCPercent int `yaml:"gc_percent"`
+	// MemoryLimit is GOMEMLIMIT: a soft limit on the process's Go memory,
+	// written as GOMEMLIMIT is ("3GiB", "2500MiB", a number of bytes). The
+	// GC runs when the heap nears it even if GCPercent would let it grow
+	// further. "" leaves the runtime's (GOMEMLIMIT, or none).
+	MemoryLimit string `yaml:"memory_limit"`
+}
+
+func (c RuntimeConfig) validate() error {
+	var errs []error
+	if c.GOMAXPROCS < 0 {
+		errs = append(errs, fmt.Errorf("runtime.gomaxprocs must not be negative, not %d", c.GOMAXPROCS))
+	}
+	if c.GCPercent < -1 {
+		errs = append(errs, fmt.Errorf("runtime.gc_percent must be -1 (off), 0 (the runtime's) or positive, not %d", c.GCPercent))
+	}
+	if c.MemoryLimit != "" {
+		if _, err := ParseByteSize(c.MemoryLimit); err != nil {
+			errs = append(errs, fmt.Errorf("runtime.memory_limit: %w", err))
+		}
+	}
+	if c.GCPercent == -1 && c.MemoryLimit == "" && os.Getenv("GOMEMLIMIT") == "" {
+		// Without a limit the heap would grow until the process is killed.
+		errs = append(errs, errors.New("runtime.gc_percent -1 (off) needs runtime.memory_limit (or GOMEMLIMIT): nothing else would bound the heap"))
+	}
+	return errors.Join(errs...)
+}
+
+// apply sets what the section sets, logging each with the value it
+// replaced.
+func (c RuntimeConfig) apply(log *slog.Logger) {
+	if c.GOMAXPROCS > 0 {
+		log.Info("runtime.gomaxprocs set", "gomaxprocs", c.GOMAXPROCS, "was", runtime.GOMAXPROCS(c.GOMAXPROCS))
+	}
+	if c.GCPercent != 0 {
+		log.Info("runtime.gc_percent set", "gc_percent", c.GCPercent, "was", debug.SetGCPercent(c.GCPercent))
+	}
+	if c.MemoryLimit != "" {
+		n, _ := ParseByteSize(c.MemoryLimit) // validated
+		log.Info("runtime.memory_limit set", "bytes", n, "was", debug.SetMemoryLimit(n))
+	}
+}
+
+// ParseByteSize reads a byte count as GOMEMLIMIT does: a non-negative
+// integer with an optional unit, B, KiB, MiB, GiB or TiB (powers of 1024).
+func ParseByteSize(s string) (int64, error) {
+	num, unit := s, ""
+	if i := strings.IndexFunc(s, func(r rune) bool { return r < '0' || r > '9' }); i >= 0 {
+		num, unit = s[:i], s[i:]
+	}
+	var shift uint
+	switch unit {
+	case "", "B":
+	case "KiB":
+		shift = 10
+	case "MiB":
+		shift = 20
+	case "GiB":
+		shift = 30
+	case "TiB":
+		shift = 40
+	default:
+		return 0, fmt.Errorf("%q: want a number of bytes with an optional B, KiB, MiB, GiB or TiB", s)
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%q: want a number of bytes with an optional B, KiB, MiB, GiB or TiB", s)
+	}
+	if n > math.MaxInt64>>shift {
+		return 0, fmt.Errorf("%q is too large", s)
+	}
+	return n << shift, nil
+}
+
 // SimulatorConfig is `svc-pf simulator`'s file (/etc/svc-pf/simulator.yaml)
 // and the `simulator` section of `svc-pf all`.
 type SimulatorConfig struct {
@@ -37,6 +136,7 @@ type SimulatorConfig struct {
 	APIKeys []string       `yaml:"api_keys"`
 	Log     LogConfig      `yaml:"log"`
 	Lua     LuaConfig      `yaml:"lua"`
+	Runtime RuntimeConfig  `yaml:"runtime"`
 	// NATS: the url, or the NATS_URL environment variable; neither means
 	// HTTP only, from the feeds and a request's own settings. Under `svc-pf
 	// all` an empty url is the embedded server.
@@ -71,7 +171,7 @@ func (c *SimulatorConfig) Validate() error {
 			errs = append(errs, fmt.Errorf("api_keys[%d] is empty", i))
 		}
 	}
-	errs = append(errs, c.Log.validate(), prefixed("http", c.HTTP.Validate()), rpz.Config{Zones: c.RPZ}.Validate())
+	errs = append(errs, c.Log.validate(), c.Runtime.validate(), prefixed("http", c.HTTP.Validate()), rpz.Config{Zones: c.RPZ}.Validate())
 	return errors.Join(errs...)
 }
 
@@ -88,6 +188,7 @@ type Simulator struct {
 // over NATS.
 func StartSimulator(cfg SimulatorConfig, models *readModels, nc *nats.Conn, v Version, log *slog.Logger) (*Simulator, error) {
 	log = log.With("service", "simulator")
+	cfg.Runtime.apply(log)
 	reg := newRegistry()
 	eng, err := policy.NewEngine(policy.EngineConfig{View: models.View})
 	if err != nil {
