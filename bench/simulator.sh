@@ -125,6 +125,19 @@ for _ in $(seq 1 600); do
 done
 [ -n "$addr" ] || { echo "the simulator did not start" >&2; cat "$work/serve.log" >&2; exit 1; }
 gc_lines() { grep -c '^gc [0-9]' "$work/serve.log" || true; }
+# cpu_split WHAT CLIENT SECONDS prints where the cores' time went over a
+# run: the server's, the load client's ($w), everyone else's and idle,
+# from the counters read before ($s0, $m0) and after ($s1, $m1).
+cpu_split() {
+	awk -v s0="$s0" -v s1="$s1" -v m0="$m0" -v m1="$m1" -v w="$w" -v d="$3" -v c="$(nproc)" \
+		-v what="$1" -v client="$2" 'BEGIN {
+		srv = s1 - s0; all = m1 - m0; other = all - srv - w; if (other < 0) other = 0
+		idle = c * d - all; if (idle < 0) idle = 0
+		printf "   CPU over %s (%d cores × %d s = %d core-s): server %.1f, %s %.1f, everything else %.1f, idle %.1f\n",
+			what, c, d, c * d, srv, client, w, other, idle
+	}'
+}
+
 gc_summary() { # GC cycles logged after the first $1 of serve.log: count, wall ms marking, last heap
 	awk -v from="$1" '/^gc [0-9]/ { n++; if (n <= from) next; c++
 		split($5, t, "+"); ms += t[1] + t[2] + t[3]; heap = $11 }
@@ -173,12 +186,7 @@ for run in $runs; do
 	load1=$(cut -d' ' -f1-3 /proc/loadavg)
 	w=$(awk '{ printf "%.2f", $1 + $2 }' "$work/wrk.time")
 	sed -n 's/^RESULT /   /p' "$work/wrk.out"
-	awk -v s0="$s0" -v s1="$s1" -v m0="$m0" -v m1="$m1" -v w="$w" -v d="$seconds" -v c="$(nproc)" 'BEGIN {
-		srv = s1 - s0; all = m1 - m0; other = all - srv - w; if (other < 0) other = 0
-		idle = c * d - all; if (idle < 0) idle = 0
-		printf "   CPU over the run (%d cores × %d s = %d core-s): server %.1f, wrk %.1f, everything else %.1f, idle %.1f\n",
-			c, d, c * d, srv, w, other, idle
-	}'
+	cpu_split "the run" wrk "$seconds"
 	echo "   load average: $load0 before, $load1 after; server RSS $(vm "$server" VmRSS) (peak $(vm "$server" VmHWM))"
 	grep 'msg=runtime' "$work/serve.log" | tail -n 1 | sed 's/^.*msg=runtime /   server, last 10 s: /'
 	if [ "${GCTRACE:-}" = 1 ]; then gc_summary "$gc0"; fi
@@ -209,12 +217,7 @@ for run in $runs; do
 		# wall time of warm-up + run: longer than SECONDS + 5 when the server
 		# falls behind and the backlog drains after the last request is due
 		d=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%d", b - a + 0.5 }')
-		awk -v s0="$s0" -v s1="$s1" -v m0="$m0" -v m1="$m1" -v w="$w" -v d="$d" -v c="$(nproc)" 'BEGIN {
-			srv = s1 - s0; all = m1 - m0; other = all - srv - w; if (other < 0) other = 0
-			idle = c * d - all; if (idle < 0) idle = 0
-			printf "   CPU over warm-up + run (%d cores × %d s = %d core-s): server %.1f, load client %.1f, everything else %.1f, idle %.1f\n",
-				c, d, c * d, srv, w, other, idle
-		}'
+		cpu_split "warm-up + run" "load client" "$d"
 		echo "   load average: $(cut -d' ' -f1-3 /proc/loadavg); server RSS $(vm "$server" VmRSS) (peak $(vm "$server" VmHWM))"
 		if [ "${GCTRACE:-}" = 1 ]; then
 			gc_summary "$gc0"

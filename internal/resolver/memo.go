@@ -78,11 +78,6 @@ type docsKey struct {
 
 func newPolicyMemo() *policyMemo { return &policyMemo{seed: maphash.MakeSeed()} }
 
-// policy returns the policy of client under view v.
-func (m *policyMemo) policy(e *policy.Engine, v *policy.View, client netip.Addr) *policy.Policy {
-	return m.policyAt(e, v, client, m.slot(client), nil)
-}
-
 func (m *policyMemo) slot(client netip.Addr) uint32 {
 	return uint32(maphash.Comparable(m.seed, client) % memoSize)
 }

@@ -173,3 +173,10 @@ func TestPolicyMemoBatch(t *testing.T) {
 	run("sessions 2", view, b1)
 	run("sessions 2, a batch of 300", view, batch(big...))
 }
+
+// policy is the memo's answer for one client asking alone: a batch of one,
+// as the reader makes it when one datagram is waiting.
+func (m *policyMemo) policy(e *policy.Engine, v *policy.View, client netip.Addr) *policy.Policy {
+	m.lookAhead(v, []netip.AddrPort{netip.AddrPortFrom(client, 53)})
+	return m.policyFor(e, v, client, 0)
+}

@@ -190,7 +190,7 @@ func (r *Resolver) forward(ctx context.Context, req *dns.Msg, q *query) *dns.Msg
 		return m
 	}
 	q.shard.Inc(stats.CacheMisses)
-	up, err := r.up.Exchange(uncancelled(ctx), req)
+	up, err := r.up.Exchange(ctx, req)
 	if err != nil {
 		r.log.Debug("forwarders failed", "name", qs.Name, "type", dns.TypeToString[qs.Qtype], "err", err)
 		return errorReply(req, dns.RcodeServerFailure)
@@ -206,25 +206,6 @@ func (r *Resolver) forward(ctx context.Context, req *dns.Msg, q *query) *dns.Msg
 		}
 	}
 	return m
-}
-
-// uncancelled is ctx with its deadline but without its cancellation. The
-// callers' contexts (udp.go's and tcp.go's slow paths) are cancelled only
-// by their deadline or once the query is answered, never while it waits
-// on a forwarder; yet a context that can be cancelled makes Exchange watch
-// it during every attempt (a context.AfterFunc registered on it: about 700
-// bytes of garbage and a lock on the parent per miss). Without
-// cancellation the deadline still bounds the Exchange, which checks it
-// with the clock and sets it on its sockets.
-func uncancelled(ctx context.Context) context.Context {
-	if ctx.Done() == nil { // never cancelled already (queryContext's)
-		return ctx
-	}
-	d, ok := ctx.Deadline()
-	if !ok {
-		return context.WithoutCancel(ctx)
-	}
-	return deadlineOnly{Context: context.WithoutCancel(ctx), deadline: d}
 }
 
 // deadlineOnly is a context that is never cancelled (Done is nil, Err is
@@ -244,8 +225,11 @@ const queryTimeout = 5 * time.Second
 // queryContext is the context of a slow-path query that started at start:
 // a deadline and nothing to cancel. Nothing cancels a query while it waits
 // (a UDP client cannot take its question back; a closed TCP connection
-// shows when the answer is written), so a cancellable context would only
-// cost a timer and a cancel context per miss.
+// shows when the answer is written), and a cancellable context would cost
+// a timer and a cancel context per miss, and make Exchange watch it during
+// every attempt (a context.AfterFunc: about 700 bytes and a lock on the
+// parent per miss). The deadline still bounds the Exchange, which checks
+// it with the clock and sets it on its sockets.
 func queryContext(start time.Time) context.Context {
 	return deadlineOnly{Context: context.Background(), deadline: start.Add(queryTimeout)}
 }
