@@ -23,7 +23,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/svc-pf/svc-pf/internal/natsbus"
 	"github.com/svc-pf/svc-pf/internal/orgstore/storetest"
 	"github.com/svc-pf/svc-pf/internal/session"
 	"github.com/svc-pf/svc-pf/internal/settings"
@@ -157,11 +156,7 @@ func (c *natsCluster) urls(home int) string {
 // client is until a failover moves it.
 func (c *natsCluster) connect(home int, name string) *nats.Conn {
 	c.t.Helper()
-	nc, err := natsbus.Connect(c.urls(home), name, nil, false, nats.DontRandomize())
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	c.t.Cleanup(nc.Close)
+	nc := connectNATS(c.t, c.urls(home), name, nil, false, nats.DontRandomize())
 	if got := nc.ConnectedUrl(); got != c.url(home) {
 		c.t.Fatalf("%s connected to %s, want %s", name, got, c.url(home))
 	}

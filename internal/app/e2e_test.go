@@ -85,12 +85,7 @@ func newPlatformTB(t testing.TB, dbURL string) *platform {
 
 func (p *platform) connect(name string) *nats.Conn {
 	p.t.Helper()
-	nc, err := natsbus.Connect(p.nats.ClientURL(), name, nil, true)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	p.t.Cleanup(nc.Close)
-	return nc
+	return connectNATS(p.t, p.nats.ClientURL(), name, nil, true)
 }
 
 func (p *platform) startMapper() {
@@ -521,11 +516,7 @@ func TestAllWithNATSURL(t *testing.T) {
 	p.waitSettled("acme")
 	expectUser(t, external.ClientURL(), "10.0.0.1", "")
 	// The embedded server stays idle: no IP Mapper answers there.
-	nc, err := natsbus.Connect(all.NATS.ClientURL(), "t", nil, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := connectNATS(t, all.NATS.ClientURL(), "t", nil, false)
 	client, _ := mapperclient.NewClient(mapperclient.ClientConfig{Conn: nc, Timeout: time.Second})
 	if _, err := client.GetSessions(context.Background(), mapperclient.Query{Org: "acme"}); !errors.Is(err, mapperclient.ErrUnavailable) {
 		t.Fatalf("an IP Mapper answers on the embedded server: %v", err)
@@ -584,14 +575,23 @@ func startAll(t *testing.T, cfg AllConfig) *All {
 // session at ip and checks its username.
 func expectUser(t *testing.T, url, ip, user string) {
 	t.Helper()
-	nc, err := natsbus.Connect(url, "t", nil, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := connectNATS(t, url, "t", nil, false)
+	defer nc.Close() // not kept until the end of the test
 	client, _ := mapperclient.NewClient(mapperclient.ClientConfig{Conn: nc, Timeout: 5 * time.Second})
 	got, err := client.GetSessions(context.Background(), mapperclient.Query{IP: netip.MustParseAddr(ip)})
 	if err != nil || len(got) != 1 || got[0].Username != user {
 		t.Fatalf("session at %s: %+v %v, want user %q", ip, got, err, user)
 	}
+}
+
+// connectNATS opens a production connection (natsbus.Connect) for a test
+// and closes it when the test ends.
+func connectNATS(t testing.TB, url, name string, log *slog.Logger, retry bool, more ...nats.Option) *nats.Conn {
+	t.Helper()
+	nc, err := natsbus.Connect(url, name, log, retry, more...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
 }

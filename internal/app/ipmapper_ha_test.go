@@ -45,11 +45,7 @@ type haMapper struct {
 
 func startHAMapper(t *testing.T, url string, mod func(*IPMapperConfig)) *haMapper {
 	t.Helper()
-	nc, err := natsbus.Connect(url, "ipmapper", nil, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := connectNATS(t, url, "ipmapper", nil, true)
 	cfg := DefaultIPMapperConfig()
 	cfg.HTTP.Address = "127.0.0.1:0"
 	cfg.HA.LockTTL = haLockTTL
@@ -82,11 +78,7 @@ type haOrgManager struct {
 
 func startHAOrgManager(t *testing.T, url, bucket string) *haOrgManager {
 	t.Helper()
-	nc, err := natsbus.Connect(url, "orgmanager", nil, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := connectNATS(t, url, "orgmanager", nil, true)
 	cfg := DefaultOrgManagerConfig()
 	cfg.HTTP.Address = "127.0.0.1:0"
 	cfg.Database.URL = storetest.URL(t, storetest.SQLite)
@@ -237,11 +229,7 @@ func TestIPMapperBucketsIsolated(t *testing.T) {
 		}
 		want[bucket] = expectedSessions("acme", []netip.Prefix{prefix}, overrides)
 	}
-	nc, err := natsbus.Connect(url, "test", nil, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := connectNATS(t, url, "test", nil, true)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -289,11 +277,7 @@ func TestIPMapperSameBucketOneActive(t *testing.T) {
 		code, body := b.health(t)
 		return code == 200 && body["role"] == "standby" && strings.HasPrefix(fmt.Sprint(body["holder"]), "a "), fmt.Sprint(code, body)
 	})
-	nc, err := natsbus.Connect(url, "test", nil, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := connectNATS(t, url, "test", nil, true)
 	if got := serving(t, nc, "sessions"); !slices.Equal(got, []string{"a"}) {
 		t.Fatalf("serving bucket sessions: %q, want only a", got)
 	}
@@ -387,11 +371,7 @@ func testKilledDuringDeploys(t *testing.T, ttl time.Duration) {
 	}
 	t.Cleanup(srv.Shutdown)
 	url := srv.ClientURL()
-	nc, err := natsbus.Connect(url, "test", nil, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := connectNATS(t, url, "test", nil, true)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -564,11 +544,7 @@ func TestAllWiresOneBucket(t *testing.T) {
 		s, ok := all.Node.Models.sessions.LookupIP(netip.MustParseAddr("10.0.0.1"))
 		return ok && s.Username() == "a", fmt.Sprint(ok)
 	})
-	nc, err := natsbus.Connect(all.NATS.ClientURL(), "t", nil, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := connectNATS(t, all.NATS.ClientURL(), "t", nil, false)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)

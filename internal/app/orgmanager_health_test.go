@@ -18,7 +18,6 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/svc-pf/svc-pf/internal/ipmapper/wire"
-	"github.com/svc-pf/svc-pf/internal/natsbus"
 	"github.com/svc-pf/svc-pf/internal/natsbus/natstest"
 	"github.com/svc-pf/svc-pf/internal/orgstore/storetest"
 )
@@ -224,11 +223,7 @@ func TestOrgManagerNATSUnreachableAtStart(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close() // nothing listens there now
-	nc, err := natsbus.Connect("nats://"+addr, t.Name(), natstest.Logger(t), true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := connectNATS(t, "nats://"+addr, t.Name(), natstest.Logger(t), true)
 	r := startOM(t, storetest.URL(t, storetest.SQLite), nc, nil, 0)
 	r.call("PUT", "/org/acme", "", 200)
 	// A session to publish: with no connection yet the client knew no
@@ -298,11 +293,7 @@ func fakeMapper(t *testing.T, nc *nats.Conn) func() {
 // last deploy error.
 func TestOrgManagerHealthIPMapper(t *testing.T) {
 	bus := natstest.Start(t)
-	nc, err := natsbus.Connect(bus.Srv.ClientURL(), "orgmanager", natstest.Logger(t), false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := connectNATS(t, bus.Srv.ClientURL(), "orgmanager", natstest.Logger(t), false)
 	r := startOM(t, storetest.URL(t, storetest.SQLite), nc, func(c *OrgManagerConfig) {
 		c.Deploy.MaxDirtyAge = 300 * time.Millisecond
 	}, 0)

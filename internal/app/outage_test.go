@@ -53,11 +53,7 @@ func TestIPMapperHealthWaitsForLoad(t *testing.T) {
 	port, url := first.Port(), first.ClientURL()
 	first.Shutdown() // the port is known; nothing listens on it now
 
-	nc, err := natsbus.Connect(url, "ipmapper", nil, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := connectNATS(t, url, "ipmapper", nil, true)
 	cfg := DefaultIPMapperConfig()
 	cfg.HTTP.Address = "127.0.0.1:0"
 	m, err := StartIPMapper(cfg, nc, "test", slog.New(slog.DiscardHandler))
