@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/svc-pf/svc-pf/internal/natsbus"
 )
 
 // ErrConflict marks a start the IP Mapper refuses because of how it is
@@ -62,20 +64,14 @@ func leaseMargin(ttl time.Duration) time.Duration { return ttl / 6 }
 // that uses it, and a holder that believes in a longer TTL than the
 // bucket's would keep writing after a standby took over.
 func openLockBucket(ctx context.Context, js jetstream.JetStream, bucket string, ttl time.Duration, replicas int) (jetstream.KeyValue, error) {
-	kv, err := js.KeyValue(ctx, bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:      bucket,
-			Description: "svc-pf IP Mapper active/passive locks, one key per sessions bucket",
-			History:     1,
-			TTL:         ttl,
-			Replicas:    replicas,
-			Storage:     jetstream.FileStorage,
-		})
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, bucket)
-		}
-	}
+	kv, err := natsbus.OpenKV(ctx, js, jetstream.KeyValueConfig{
+		Bucket:      bucket,
+		Description: "svc-pf IP Mapper active/passive locks, one key per sessions bucket",
+		History:     1,
+		TTL:         ttl,
+		Replicas:    replicas,
+		Storage:     jetstream.FileStorage,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("bind lock bucket %q: %w", bucket, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/svc-pf/svc-pf/internal/natsbus"
 	"github.com/svc-pf/svc-pf/internal/session"
 )
 
@@ -66,20 +67,13 @@ func openStore(ctx context.Context, nc *nats.Conn, bucket string, replicas int, 
 	if err != nil {
 		return nil, err
 	}
-	kv, err := js.KeyValue(ctx, bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:      bucket,
-			Description: "svc-pf sessions, written by the IP Mapper",
-			History:     1,
-			Replicas:    replicas,
-			Storage:     jetstream.FileStorage,
-		})
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			// Created by someone else (a watching node) in between.
-			kv, err = js.KeyValue(ctx, bucket)
-		}
-	}
+	kv, err := natsbus.OpenKV(ctx, js, jetstream.KeyValueConfig{
+		Bucket:      bucket,
+		Description: "svc-pf sessions, written by the IP Mapper",
+		History:     1,
+		Replicas:    replicas,
+		Storage:     jetstream.FileStorage,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("bind KV bucket %q: %w", bucket, err)
 	}

@@ -35,19 +35,29 @@ func NewKV(nc *nats.Conn, cfg jetstream.KeyValueConfig) (*KV, error) {
 	return &KV{js: js, cfg: cfg}, nil
 }
 
+// OpenKV binds the bucket cfg.Bucket, creating it with cfg when it is
+// missing. Several processes may race to create it (IP Mappers, a
+// watching node, the orgmanager): one that finds it created meanwhile
+// binds the winner's. An existing bucket is bound as it is, whatever its
+// configuration; a caller that depends on a setting checks its Status.
+func OpenKV(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, cfg)
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = js.KeyValue(ctx, cfg.Bucket)
+		}
+	}
+	return kv, err
+}
+
 func (k *KV) bucket(ctx context.Context) (jetstream.KeyValue, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.kv != nil {
 		return k.kv, nil
 	}
-	kv, err := k.js.KeyValue(ctx, k.cfg.Bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = k.js.CreateKeyValue(ctx, k.cfg)
-		if errors.Is(err, jetstream.ErrBucketExists) { // created meanwhile by another writer
-			kv, err = k.js.KeyValue(ctx, k.cfg.Bucket)
-		}
-	}
+	kv, err := OpenKV(ctx, k.js, k.cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open KV bucket %s: %w", k.cfg.Bucket, err)
 	}
