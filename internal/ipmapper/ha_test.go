@@ -36,16 +36,7 @@ func startHA(t *testing.T, b *bus, name string, ttl time.Duration) *haInstance {
 	}
 	t.Cleanup(nc.Close)
 	reg := prometheus.NewRegistry()
-	svc, err := New(Config{Conn: nc, LockTTL: ttl, Instance: name, Registerer: reg, Logger: natstest.Logger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := svc.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = svc.Stop() })
+	svc := startService(t, Config{Conn: nc, LockTTL: ttl, Instance: name, Registerer: reg, Logger: natstest.Logger(t)}, 10*time.Second)
 	return &haInstance{svc: svc, nc: nc, reg: reg}
 }
 

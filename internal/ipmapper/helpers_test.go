@@ -106,17 +106,8 @@ func startFixtureOn(t testing.TB, b *bus, mod func(*Config)) *fixture {
 	if mod != nil {
 		mod(&cfg)
 	}
-	svc, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := svc.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = svc.Stop() })
-	f.svc = svc
+	f.svc = startService(t, cfg, 30*time.Second)
+	var err error
 	f.client, err = mapperclient.NewClient(mapperclient.ClientConfig{Conn: b.nc, Timeout: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -198,4 +189,21 @@ func eventually(t testing.TB, what string, cond func() bool) {
 
 func natsbusRestart(dir string, port int) (*natsbus.Embedded, error) {
 	return natsbus.StartEmbedded(natsbus.EmbeddedConfig{StoreDir: dir, Port: port})
+}
+
+// startService starts an IP Mapper of cfg, within timeout, and stops it
+// when the test ends.
+func startService(t testing.TB, cfg Config, timeout time.Duration) *Service {
+	t.Helper()
+	svc, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := svc.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = svc.Stop() })
+	return svc
 }
