@@ -337,12 +337,12 @@ func (p *Policy) decide(d *Decision, in *Input, name string, cats Categories) (l
 
 	// 8. network
 	switch {
-	case p.networks == nil:
+	case p.networks.empty():
 		d.trace(ReasonNetwork, ResultNoNetworks)
 	case !in.AnswerAddr.IsValid():
 		d.trace(ReasonNetwork, ResultNoAnswer)
 	default:
-		if r, ok := p.networks.Lookup(in.AnswerAddr.Unmap()); ok {
+		if r, ok := p.networks.lookup(in.AnswerAddr.Unmap()); ok {
 			d.trace(ReasonNetwork, ResultMatch)
 			d.block(p, ReasonNetwork, r)
 			return cats != nil

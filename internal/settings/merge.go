@@ -39,19 +39,30 @@ type Effective struct {
 }
 
 // Defaults is what applies where no layer sets a field: filtering on,
-// nothing blocked, blocks answered NXDOMAIN.
+// nothing blocked, blocks answered NXDOMAIN. The values the document
+// points at are one allocation: every merge takes a copy, and a compiled
+// policy keeps it for as long as it is cached, so nine small objects per
+// cached policy would be nine more for each GC cycle to mark.
 func Defaults() *Document {
-	t, f := true, false
+	v := &struct {
+		filtering, safe, paused bool
+		cats                    []uint16
+		allow, block            []string
+		nets                    []netip.Prefix
+		action                  Action
+		schedules               []Schedule
+	}{filtering: true, cats: []uint16{}, allow: []string{}, block: []string{},
+		nets: []netip.Prefix{}, action: Action{Type: ActionNXDomain}, schedules: []Schedule{}}
 	return &Document{
-		Filtering:         &t,
-		BlockedCategories: &[]uint16{},
-		Allowlist:         &[]string{},
-		Blocklist:         &[]string{},
-		BlockedNetworks:   &[]netip.Prefix{},
-		SafeSearch:        &f,
-		Paused:            &f,
-		Action:            &Action{Type: ActionNXDomain},
-		Schedules:         &[]Schedule{},
+		Filtering:         &v.filtering,
+		BlockedCategories: &v.cats,
+		Allowlist:         &v.allow,
+		Blocklist:         &v.block,
+		BlockedNetworks:   &v.nets,
+		SafeSearch:        &v.safe,
+		Paused:            &v.paused,
+		Action:            &v.action,
+		Schedules:         &v.schedules,
 	}
 }
 

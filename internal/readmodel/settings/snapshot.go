@@ -349,7 +349,9 @@ func (e *orgEdit) put(sc settings.Scope, doc *settings.Document) {
 	case settings.ScopeProfile:
 		e.profilesForWrite()[sc.Profile] = l
 	default:
-		e.attrsForWrite(attrIndex(sc.Kind))[sc.Value] = l
+		// The key is the name's tail ("alice" of "username:alice"): one
+		// string per document rather than two, for the GC to mark.
+		e.attrsForWrite(attrIndex(sc.Kind))[l.Name[len(l.Name)-len(sc.Value):]] = l
 	}
 	if old == nil {
 		o.docs++
