@@ -105,7 +105,8 @@ func (ix *Index) Lookup(name, path string) (Match, bool) {
 	// a lookup of a name of three or four labels filled that window before
 	// its last probe's lines were asked for, and waited for memory more
 	// than once (docs/feed-index.md). The second pass searches, most specific
-	// first, in lines that have arrived or are on the way.
+	// first, in lines that have arrived or are on the way, each probe's
+	// first slot before its second (probeSlots).
 	var dots [maxDots]int
 	nd := findDots(name, &dots)
 	if nd > maxDots {
@@ -120,8 +121,43 @@ func (ix *Index) Lookup(name, path string) (Match, bool) {
 		if k > 0 {
 			start = dots[k-1] + 1
 		}
-		h = ix.key.step(h, name[start:end])
-		nl = ix.probe(&probes[k], h, start, &lines, nl)
+		// ix.key.step and the shard's part of ix.probe, inlined by hand:
+		// the compiler does not (they are over its budget), and the two
+		// calls a label spilled and reloaded the loop's state around them
+		// (up to 10 ns a lookup, docs/feed-index.md). The property tests
+		// fail if this step and nameHash.step, by which the index was
+		// built, ever differ.
+		label := name[start:end]
+		switch n := len(label); {
+		case n > 16:
+			h = ix.key.stepLong(h, label)
+		default:
+			var a, b uint64
+			switch {
+			case n >= 8:
+				a, b = le64str(label, 0), le64str(label, n-8)
+			case n >= 4:
+				a, b = uint64(le32(label, 0)), uint64(le32(label, n-4))
+			case n > 0:
+				a = uint64(label[0])<<16 | uint64(label[n>>1])<<8 | uint64(label[n-1])
+			}
+			h = mix(ix.key.k1^uint64(n), mix(a^ix.key.k1, b^h^ix.key.k0))
+		}
+		p := &probes[k]
+		p.from, p.shard, p.fp, p.over = uint32(start), uint32(h>>ix.shift), shardFP(h, ix.bits), false
+		if homes := ix.homes[p.shard]; homes > 0 {
+			first := homeOf(p.fp, homes)
+			p.slot, p.slot2 = uint32(first*slotSize), uint32(altOf(p.fp, first, homes)*slotSize)
+			base := uintptr(unsafe.Pointer(unsafe.StringData(ix.shards[p.shard])))
+			lines[nl&lineMask], lines[(nl+1)&lineMask] = base+uintptr(p.slot), base+uintptr(p.slot2)
+			nl += 2
+		}
+		if ix.overHomes > 0 {
+			p.ofp = overlayFP(h)
+			if i := overBit(p.ofp, ix.overShift); ix.overFilter[i>>6]&(1<<(i&63)) != 0 {
+				nl = ix.probeOverlay(p, &lines, nl)
+			}
+		}
 		end = start - 1
 	}
 	prefetchLines(&lines, nl)
@@ -132,17 +168,20 @@ func (ix *Index) Lookup(name, path string) (Match, bool) {
 			// without a stash, the overlay's filter clear. Most suffixes
 			// are not in the index, which the four fingerprints of their
 			// slots say; a hit is matched from the entry found, without
-			// looking for it again.
+			// looking for it again, and a hit held in its entry (nine in
+			// ten) builds its Match here, so that it is returned in
+			// registers rather than copied through slotMatch's frame.
 			homes := ix.homes[p.shard]
 			if homes == 0 {
 				continue
 			}
 			if homes&stashFlag == 0 {
 				blob, suffix := ix.shards[p.shard], name[p.from:]
-				var w window
-				readWindow(blob, p.slot, p.slot2, &w)
-				if o, ok := probeSlot(blob, p.slot, p.slot2, p.fp, &w, suffix); ok {
-					if m, ok := ix.slotMatch(blob, o, suffix, path); ok {
+				if o, ok := probeSlots(blob, int(p.slot), int(p.slot2), p.fp, suffix); ok {
+					if blob[o+5] != slotRecord {
+						return Match{Name: suffix, Codes: ix.sets[le16(blob, o+6)-1]}, true
+					}
+					if m, ok := ix.recordMatch(blob, o, suffix, path); ok {
 						return m, true
 					}
 				}
@@ -211,29 +250,41 @@ func (ix *Index) lookupDeep(name, path string) (Match, bool) {
 // those slots' lines to lines from n on and returns the new count; it
 // reads none of them, so that nothing here waits for memory.
 func (ix *Index) probe(p *probe, h uint64, from int, lines *lineBatch, n int) int {
-	const mask = len(lineBatch{}) - 1 // a batch appends at most len(lines): no bounds checks
-	p.from, p.shard, p.fp = from, uint32(h>>ix.shift), shardFP(h, ix.bits)
+	p.from, p.shard, p.fp, p.over = uint32(from), uint32(h>>ix.shift), shardFP(h, ix.bits), false
 	if homes := ix.homes[p.shard]; homes > 0 {
 		first := homeOf(p.fp, homes)
-		p.slot, p.slot2 = first*slotSize, altOf(p.fp, first, homes)*slotSize
+		p.slot, p.slot2 = uint32(first*slotSize), uint32(altOf(p.fp, first, homes)*slotSize)
 		base := uintptr(unsafe.Pointer(unsafe.StringData(ix.shards[p.shard])))
-		lines[n&mask], lines[(n+1)&mask] = base+uintptr(p.slot), base+uintptr(p.slot2)
+		lines[n&lineMask], lines[(n+1)&lineMask] = base+uintptr(p.slot), base+uintptr(p.slot2)
 		n += 2
 	}
-	p.over = false
-	if homes := ix.overHomes; homes > 0 {
+	if ix.overHomes > 0 {
 		p.ofp = overlayFP(h)
 		if i := overBit(p.ofp, ix.overShift); ix.overFilter[i>>6]&(1<<(i&63)) != 0 {
-			p.over = true
-			first := homeOf(p.ofp, homes)
-			p.oslot, p.oslot2 = first*slotSize, altOf(p.ofp, first, homes)*slotSize
-			base := uintptr(unsafe.Pointer(unsafe.StringData(ix.over)))
-			lines[n&mask], lines[(n+1)&mask] = base+uintptr(p.oslot), base+uintptr(p.oslot2)
-			n += 2
+			n = ix.probeOverlay(p, lines, n)
 		}
 	}
 	return n
 }
+
+// probeOverlay is probe's part for a suffix that the overlay's filter
+// lets through (p.ofp set): its two slots in the overlay, whose lines'
+// addresses it appends to lines from n on. The filter's test stays in
+// the callers, so that the suffixes it stops (all but about one in
+// sixteen of those not in the overlay) cost no call.
+func (ix *Index) probeOverlay(p *probe, lines *lineBatch, n int) int {
+	p.over = true
+	first := homeOf(p.ofp, ix.overHomes)
+	p.oslot, p.oslot2 = uint32(first*slotSize), uint32(altOf(p.ofp, first, ix.overHomes)*slotSize)
+	base := uintptr(unsafe.Pointer(unsafe.StringData(ix.over)))
+	lines[n&lineMask], lines[(n+1)&lineMask] = base+uintptr(p.oslot), base+uintptr(p.oslot2)
+	return n + 2
+}
+
+// lineMask masks an index into a lineBatch: a batch appends at most
+// len(lineBatch{}) addresses, so the mask changes none, and spares the
+// bounds checks.
+const lineMask = len(lineBatch{}) - 1
 
 // overBit is the bit of the overlay filter for the overlay fingerprint
 // fp, in a filter of 2^(32-shift) bits.
@@ -244,10 +295,8 @@ func overBit(fp uint32, shift uint) uint32 { return fp * 0x9e3779b1 >> shift }
 // probe's slots, whose lines the lookup has prefetched.
 func (ix *Index) search(p *probe, name, path string) (Match, bool) {
 	suffix := name[p.from:]
-	var w window
 	if p.over {
-		readWindow(ix.over, p.oslot, p.oslot2, &w)
-		o, ok := probeSlot(ix.over, p.oslot, p.oslot2, p.ofp, &w, suffix)
+		o, ok := probeSlots(ix.over, int(p.oslot), int(p.oslot2), p.ofp, suffix)
 		if !ok && ix.overHomes&stashFlag != 0 {
 			b, stash := blobSlots(ix.over)
 			o, ok = findStash(ix.over, b, stash, p.ofp, suffix)
@@ -261,8 +310,7 @@ func (ix *Index) search(p *probe, name, path string) (Match, bool) {
 		return Match{}, false
 	}
 	blob := ix.shards[p.shard]
-	readWindow(blob, p.slot, p.slot2, &w)
-	o, ok := probeSlot(blob, p.slot, p.slot2, p.fp, &w, suffix)
+	o, ok := probeSlots(blob, int(p.slot), int(p.slot2), p.fp, suffix)
 	if !ok && homes&stashFlag != 0 {
 		b, stash := blobSlots(blob)
 		o, ok = findStash(blob, b, stash, p.fp, suffix)
@@ -273,11 +321,17 @@ func (ix *Index) search(p *probe, name, path string) (Match, bool) {
 	return ix.slotMatch(blob, o, suffix, path)
 }
 
-// slotMatch applies the §6.2 rule to the name in the slot at o of blob.
+// slotMatch applies the §6.2 rule to the name in the entry at o of blob.
 func (ix *Index) slotMatch(blob string, o int, name, path string) (Match, bool) {
 	if blob[o+5] != slotRecord {
 		return Match{Name: name, Codes: ix.sets[le16(blob, o+6)-1]}, true
 	}
+	return ix.recordMatch(blob, o, name, path)
+}
+
+// recordMatch is slotMatch for an entry whose name and entries are in a
+// record.
+func (ix *Index) recordMatch(blob string, o int, name, path string) (Match, bool) {
 	r := recordReader{s: blob, i: int(le32(blob, o+8))}
 	r.str()
 	return ix.match(blob[r.i:], name, path)
@@ -285,10 +339,12 @@ func (ix *Index) slotMatch(blob string, o int, name, path string) (Match, bool) 
 
 // probe is one suffix of a lookup: where it starts in the name, its
 // shard, its fingerprints, and its two slots in the shard and in the
-// overlay. It holds no pointers, so that filling it costs no write
-// barrier.
+// overlay (offsets in their blobs, which a blob's uint32 record offsets
+// already bound). It holds no pointers, so that filling it costs no write
+// barrier, and 32-bit fields, so that the lookup's array of them, which
+// Go zeroes on every call, is 288 bytes rather than 448.
 type probe struct {
-	from, slot, slot2, oslot, oslot2 int
+	from, slot, slot2, oslot, oslot2 uint32
 	shard, fp, ofp                   uint32
 	over                             bool // the overlay may have it
 }

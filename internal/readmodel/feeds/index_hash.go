@@ -117,8 +117,8 @@ func dotBytes(w uint64) uint64 {
 
 // step extends the hash h of a parent by one label. It reads the label in
 // at most two overlapping words for up to 16 bytes (nearly every label),
-// as wyhash does; it is small enough to be inlined into a lookup's loop,
-// and longer labels take stepLong.
+// as wyhash does, and longer labels take stepLong. Lookup has a copy of
+// it, inlined by hand (the compiler's budget is smaller than step).
 func (k *nameHash) step(h uint64, label string) uint64 {
 	n := len(label)
 	if n > 16 {

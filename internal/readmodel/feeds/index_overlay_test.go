@@ -323,7 +323,7 @@ func TestIndexStash(t *testing.T) {
 		}
 		p := probe{fp: fp}
 		first := homeOf(fp, homes)
-		p.slot, p.slot2 = first*slotSize, altOf(fp, first, homes)*slotSize
+		p.slot, p.slot2 = uint32(first*slotSize), uint32(altOf(fp, first, homes)*slotSize)
 		if m, ok := ix.search(&p, n, ""); !ok || m.Name != n || m.Codes[0] != uint16(e.bare-1) {
 			t.Fatalf("search %s: %v %v", n, m, ok)
 		}

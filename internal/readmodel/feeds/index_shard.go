@@ -49,17 +49,18 @@ import (
 // four fingerprints of the two slots, two cache lines at independent
 // places, which the processor fetches together, and the answer is in
 // them: a name whose fingerprint is not among the four is not in the
-// shard. A search never goes on to a third line, which is what the linear
-// probing this index had before did for half its probes (their names
-// displaced past the home line): on this machine a line adjacent to one
-// being fetched costs ~40 ns more, a dependent one ~190 ns, an
-// independent one ~10 ns (docs/feed-index.md). The slots are filled to
-// about 4/5. Names of up to 24 bytes with no path entry, and those of up
-// to 32 DNS characters packed (index_pack.go), 91 % of the synthetic
-// feed's, are answered from the slot's line; the rest need their record
-// too, a second wait for memory that depends on the first. Names are
-// stored whole, so a fingerprint collision costs one more comparison,
-// never a false match.
+// shard; the second line is read only when the first slot does not hold
+// the name (probeSlots). A search never goes on to a third line, which
+// is what the linear probing this index had before did for half its
+// probes (their names displaced past the home line): on this machine a
+// line adjacent to one being fetched costs ~40 ns more, a dependent one
+// ~190 ns, an independent one ~10 ns (docs/feed-index.md). The slots
+// are filled to about 4/5. Names of up to 24 bytes with no path entry,
+// and those of up to 32 DNS characters packed (index_pack.go), 91 % of
+// the synthetic feed's, are answered from the slot's line; the rest need
+// their record too, a second wait for memory that depends on the first.
+// Names are stored whole, so a fingerprint collision costs one more
+// comparison, never a false match.
 //
 // The test of the format calls a slot a slot: slotSize is a slot's size,
 // homes a shard's B, and findSlot returns an entry's offset.
@@ -130,29 +131,26 @@ func shardSlots(blob string) int {
 // trailerSize is the size of a blob's trailer.
 const trailerSize = 16
 
-// window is the fingerprints of a name's four entries.
-type window [4]uint32
-
-// readWindow reads the fingerprints of the slots at o1 and o2 of blob.
-func readWindow(blob string, o1, o2 int, w *window) {
-	w[0], w[1] = le32(blob, o1), le32(blob, o1+entrySize)
-	w[2], w[3] = le32(blob, o2), le32(blob, o2+entrySize)
-}
-
-// probeSlot is findSlot given the fingerprints of the slots at o1 and o2
-// that the first pass of a lookup read.
-func probeSlot(blob string, o1, o2 int, fp uint32, w *window, name string) (int, bool) {
-	for k, f := range w {
-		if f != fp {
-			continue
-		}
-		o := o1 + k*entrySize
-		if k >= 2 {
-			o = o2 + (k-2)*entrySize
-		}
-		if slotHolds(blob, o, name) {
-			return o, true
-		}
+// probeSlots returns the offset of name's entry among the slots at o1
+// (its first) and o2 (its second) of blob, whose fingerprint is fp; the
+// stash, if any, is not searched. It reads the second slot's line only
+// when the first does not hold the name: a load is only done when its
+// line has arrived, so reading both lines' fingerprints up front, as
+// before, made every hit wait for the later of two lines from memory
+// (prefetched together, but each with its own latency), while most names
+// are in their first slot (cuckooInsert tries it first).
+func probeSlots(blob string, o1, o2 int, fp uint32, name string) (int, bool) {
+	if le32(blob, o1) == fp && slotHolds(blob, o1, name) {
+		return o1, true
+	}
+	if o := o1 + entrySize; le32(blob, o) == fp && slotHolds(blob, o, name) {
+		return o, true
+	}
+	if le32(blob, o2) == fp && slotHolds(blob, o2, name) {
+		return o2, true
+	}
+	if o := o2 + entrySize; le32(blob, o) == fp && slotHolds(blob, o, name) {
+		return o, true
 	}
 	return 0, false
 }
@@ -161,10 +159,7 @@ func probeSlot(blob string, o1, o2 int, fp uint32, w *window, name string) (int,
 // is fp; o is the offset of fp's first slot, homeOf(fp, homes)·slotSize.
 func findSlot(blob string, o int, fp uint32, name string) (int, bool) {
 	b, stash := blobSlots(blob)
-	var w window
-	o2 := altOf(fp, o/slotSize, b) * slotSize
-	readWindow(blob, o, o2, &w)
-	if o, ok := probeSlot(blob, o, o2, fp, &w, name); ok {
+	if o, ok := probeSlots(blob, o, altOf(fp, o/slotSize, b)*slotSize, fp, name); ok {
 		return o, true
 	}
 	return findStash(blob, b, stash, fp, name)
