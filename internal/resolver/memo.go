@@ -3,7 +3,6 @@ package resolver
 import (
 	"hash/maphash"
 	"net/netip"
-	"unique"
 
 	"github.com/svc-pf/svc-pf/internal/policy"
 	"github.com/svc-pf/svc-pf/internal/sessionindex"
@@ -46,7 +45,7 @@ type ahead struct {
 	looked bool // s and found are set: the address memo missed
 	found  bool
 	s      sessionindex.Entry
-	org    unique.Handle[string] // s's, read in lookAhead's last step
+	org    sessionindex.OrgID // s's, read in lookAhead's last step
 }
 
 const memoSize = 4096
@@ -68,11 +67,11 @@ type memoEntry struct {
 // organisation stands for the documents the stack takes from it (its org
 // document and its profiles: an organisation without an org document can
 // still have profiles); found false is a client without a session (the
-// global layer only). Pointers and a handle: hashed and compared without
+// global layer only). Pointers and an org id: hashed and compared without
 // reading a string.
 type docsKey struct {
 	found               bool
-	org                 unique.Handle[string]
+	org                 sessionindex.OrgID
 	loc, user, deviceID *settings.Document
 }
 
@@ -116,7 +115,7 @@ func (m *policyMemo) lookAhead(v *policy.View, from []netip.AddrPort) {
 	}
 	for i := range m.ahead {
 		if a := &m.ahead[i]; a.found {
-			a.org = a.s.OrgHandle() // the entry's first cache line
+			a.org = a.s.OrgID() // the entry's first cache line
 		}
 	}
 }
@@ -157,11 +156,11 @@ func (m *policyMemo) byIdentity(e *policy.Engine, v *policy.View, client netip.A
 	var k docsKey
 	var s sessionindex.Entry
 	var ok bool
-	var org unique.Handle[string]
+	var org sessionindex.OrgID
 	if a != nil {
 		s, ok, org = a.s, a.found, a.org
 	} else if s, ok = v.Sessions.LookupIP(client); ok {
-		org = s.OrgHandle()
+		org = s.OrgID()
 	}
 	if ok {
 		k = docsKey{found: true, org: org}

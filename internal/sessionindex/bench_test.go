@@ -228,19 +228,19 @@ func memParts(ix *Index) []memPart {
 	var entries, strs, exts int
 	for _, d := range ix.slots.dirs {
 		entries += int(unsafe.Sizeof(slotDir{}))
-		for _, c := range d.chunks {
+		for ci, c := range &d.chunks {
 			if c != nil {
 				entries += int(unsafe.Sizeof(slotChunk{}))
 			}
+			if x := d.sides[ci]; x != nil {
+				strs += int(unsafe.Sizeof(chunkSide{})) + cap(x.rest)
+				exts += 8 * cap(x.ext)
+				for _, x := range x.ext {
+					exts += int(unsafe.Sizeof(extra{})) + 32*cap(x.allocs)
+				}
+			}
 		}
 	}
-	ix.slots.each(func(_ uint32, e *entry) bool {
-		strs += len(e.rest)
-		if e.ext != nil {
-			exts += int(unsafe.Sizeof(extra{})) + 32*cap(e.ext.allocs)
-		}
-		return true
-	})
 	// google/btree does not expose its nodes, so the trees are measured as
 	// the live heap taken by copies built from their keys the way
 	// Builder.Index builds them (the index measured here is a built one).

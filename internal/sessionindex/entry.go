@@ -3,56 +3,66 @@ package sessionindex
 import (
 	"encoding/binary"
 	"net/netip"
+	"strings"
 	"time"
-	"unique"
 	"unsafe"
 
 	"github.com/svc-pf/svc-pf/internal/identity"
 	"github.com/svc-pf/svc-pf/internal/session"
 )
 
-// entry is the compact form of one session: 152 bytes, with the id,
-// username and device id inline (the resolver's hot path reads them with the
-// entry, without another cache miss) and the trace and opaque ids, when
-// present, in one more string. When the three do not fit inline, all five
-// strings go to that string. Org and location are interned (a million
-// sessions share a few thousand), times are Unix nanoseconds, and the
-// first allocation is stored as its routing key. Whatever does not fit that
-// shape (more allocations, a time that is not a plain UTC instant, long
-// strings) goes to ext, which is nil for the usual session. The encoding is
-// lossless: Entry.Session returns a session equal (reflect.DeepEqual) to
-// the one stored.
+// entry is the compact form of one session: 128 bytes with no pointers,
+// so that a chunk of them is allocated noscan and the garbage collector
+// marks it without reading it (a million sessions add about 1 ms to a
+// cycle, not 40: docs/performance.md). The id, username and device id are
+// inline (the resolver's hot path reads them with the entry, without
+// another cache miss); the trace and opaque ids, when present, are one
+// record in the bytes beside the entry's chunk (chunkSide.rest), and when
+// the three do not fit inline, all five strings are. Org and location are
+// ids in the index's intern table (a million sessions share a few
+// thousand names), times are Unix nanoseconds, and the first allocation is
+// stored as its routing key; the allocations after it (a dual-stack
+// subscriber's) follow the strings in the record, allocLen bytes each.
+// Whatever does not fit that shape (a time that is not a plain UTC
+// instant, an unusual first allocation, long strings, hundreds of
+// allocations) goes to an extra record beside the chunk (chunkSide.ext),
+// which has pointers; the usual session has none. The encoding is lossless: Entry.Session returns a session equal
+// (reflect.DeepEqual) to the one stored.
 //
 // Entries live in the chunks of a slots array and are never modified once
-// a snapshot that can see them is published; that is what makes the
-// strings viewed in buf (unsafe.String) immutable, as Go strings must be.
-// The fields the resolver reads come first.
+// a snapshot that can see them is published, nor are the bytes of their
+// records; that is what makes the strings viewed in buf and in the records
+// (unsafe.String) immutable, as Go strings must be. The fields the
+// resolver reads come first.
 type entry struct {
-	org   unique.Handle[string] // zero only in a free slot
-	loc   unique.Handle[string] // zero when the session has no location
-	ends  [3]uint8              // ends of id, username, deviceid in buf
-	pfx   uint8                 // pfxNone, pfxUnroutable, or the routing key's code
+	org   uint32 // intern id; 0 only in a free slot
+	loc   uint32 // intern id; 0 when the session has no location
+	ends  [3]uint8
+	pfx   uint8 // pfxNone, pfxUnroutable, or the routing key's code
 	flag  uint8
-	trace uint16          // end of trace_id in rest
-	buf   [inlineLen]byte // id | username | deviceid; with flagRestAll, the four ends in rest
-	rest  string          // trace_id | opaque_id; with flagRestAll, all five strings
-	ext   *extra
-	rev   int64  // Revision; in a free slot, the next free slot + 1
-	upd   int64  // UpdatedAt in Unix ns, unless flagUpdZero or flagUpdExt
-	exp   int64  // ExpiresAt in Unix ns, if flagExp and not flagExpExt
-	hi    uint64 // the first allocation's routing key (pkey.hi, lo; pfx)
+	more  uint8           // allocations after the first in the record, after its strings
+	trace uint16          // end of trace_id in the record
+	buf   [inlineLen]byte // id | username | deviceid; with flagRestAll, the four ends in the record
+	rev   int64           // Revision; in a free slot, the next free slot + 1
+	upd   int64           // UpdatedAt in Unix ns, unless flagUpdZero or flagUpdExt
+	exp   int64           // ExpiresAt in Unix ns, if flagExp and not flagExpExt
+	hi    uint64          // the first allocation's routing key (pkey.hi, lo; pfx)
 	lo    uint64
+	rest  uint32 // offset of the record in chunkSide.rest
+	ext   uint16 // chunkSide.ext index + 1; 0 for none
+	rlen  uint16 // length of the record: trace_id | opaque_id, or with flagRestAll all five strings; then more allocations
 }
 
-// inlineLen makes an entry 152 bytes (a chunk of 64 fills a size class):
-// a 32-character session id and 32 characters of username and device id
-// fit.
+// inlineLen makes an entry 128 bytes (a chunk of 64 is 8 KiB, one size
+// class): a 32-character session id and 32 characters of username and
+// device id fit.
 const inlineLen = 64
 
-// extra holds what the inline fields cannot.
+// extra holds what the entry and its record cannot. It is never changed
+// once made, so chunk sides copied for a new edit share it.
 type extra struct {
 	first  netip.Prefix   // flagFirstExt: the first allocation as given
-	allocs []netip.Prefix // allocations after the first, as given
+	allocs []netip.Prefix // allocations after the first, as given, when not in the record
 	upd    time.Time      // flagUpdExt
 	exp    time.Time      // flagExpExt
 	strs   [5]string      // flagBigStr: id, username, deviceid, trace_id, opaque_id
@@ -64,7 +74,7 @@ const (
 	flagUpdExt                // UpdatedAt is in ext
 	flagExp                   // ExpiresAt is set
 	flagExpExt                // ExpiresAt is in ext
-	flagRestAll               // all five strings are in rest, their ends in buf
+	flagRestAll               // all five strings are in the record, their ends in buf
 	flagBigStr                // the strings are in ext.strs (over 64 KiB)
 	// flagFirstExt: the first allocation is not the canonical form of its
 	// routing key (host bits set, IPv4-mapped, invalid): ext.first has it.
@@ -77,10 +87,62 @@ const (
 	pfxUnroutable = 1 // the first allocation is invalid (ext.first)
 )
 
-func makeEntry(s *session.Session) entry {
-	e := entry{org: unique.Make(s.Org), rev: s.Revision}
+// outOfLine is what makeEntry leaves for the chunk's side: the strings of
+// the entry's record, in order, the allocations that follow them, and its
+// extra record.
+type outOfLine struct {
+	strs   [5]string
+	n      int            // strings in strs
+	allocs []netip.Prefix // the caller's: read, never kept
+	x      *extra
+}
+
+// more is the allocations after the first.
+func (o *outOfLine) more() []netip.Prefix {
+	if o.x != nil && o.x.allocs != nil {
+		return o.x.allocs
+	}
+	return o.allocs
+}
+
+// allocLen is the size of an allocation in a record: its family (0 for
+// the zero Addr, 4 or 6), its length + 1 (0 when invalid) and its address
+// as 16 bytes. That is all a netip.Prefix holds: a prefix has no zone, and
+// netip.PrefixFrom rebuilds the same value.
+const allocLen = 18
+
+func appendPrefix(b []byte, p netip.Prefix) []byte {
+	a := p.Addr()
+	fam := byte(0)
+	switch {
+	case a.Is4():
+		fam = 4
+	case a.Is6():
+		fam = 6
+	}
+	a16 := a.As16()
+	b = append(b, fam, byte(p.Bits()+1))
+	return append(b, a16[:]...)
+}
+
+func decodePrefix(b []byte) netip.Prefix {
+	var a netip.Addr
+	switch b[0] {
+	case 4:
+		a = netip.AddrFrom4([4]byte(b[14:18]))
+	case 6:
+		a = netip.AddrFrom16([16]byte(b[2:18]))
+	}
+	return netip.PrefixFrom(a, int(b[1])-1)
+}
+
+// makeEntry encodes s; intern gives the ids of its org and location. The
+// entry's rest and ext are set when out is stored (mutation.store).
+func makeEntry(s *session.Session, intern func(string) uint32) (entry, outOfLine) {
+	var out outOfLine
+	e := entry{org: intern(s.Org), rev: s.Revision}
 	if s.Location != "" {
-		e.loc = unique.Make(s.Location)
+		e.loc = intern(s.Location)
 	}
 	strs := [5]string{s.ID, s.Username, s.DeviceID, s.TraceID, s.OpaqueID}
 	inline := len(s.ID) + len(s.Username) + len(s.DeviceID)
@@ -93,18 +155,20 @@ func makeEntry(s *session.Session) entry {
 			e.ends[i] = uint8(n)
 		}
 		if s.TraceID != "" || s.OpaqueID != "" {
-			e.rest, e.trace = s.TraceID+s.OpaqueID, uint16(len(s.TraceID))
+			out.strs[0], out.strs[1], out.n = s.TraceID, s.OpaqueID, 2
+			e.trace, e.rlen = uint16(len(s.TraceID)), uint16(all-inline)
 		}
 	case all <= 0xffff:
-		e.rest = s.ID + s.Username + s.DeviceID + s.TraceID + s.OpaqueID
+		out.strs, out.n = strs, 5
 		n := 0
 		for i, str := range strs[:4] {
 			n += len(str)
 			binary.LittleEndian.PutUint16(e.buf[2*i:], uint16(n))
 		}
+		e.rlen = uint16(all)
 		e.flag |= flagRestAll
 	default:
-		e.ensureExt().strs = strs
+		out.ensureExt().strs = strs
 		e.flag |= flagBigStr
 	}
 	switch {
@@ -114,7 +178,7 @@ func makeEntry(s *session.Session) entry {
 		if ns, ok := compactTime(s.UpdatedAt); ok {
 			e.upd = ns
 		} else {
-			e.ensureExt().upd = s.UpdatedAt
+			out.ensureExt().upd = s.UpdatedAt
 			e.flag |= flagUpdExt
 		}
 	}
@@ -123,7 +187,7 @@ func makeEntry(s *session.Session) entry {
 		if ns, ok := compactTime(*s.ExpiresAt); ok {
 			e.exp = ns
 		} else {
-			e.ensureExt().exp = *s.ExpiresAt
+			out.ensureExt().exp = *s.ExpiresAt
 			e.flag |= flagExpExt
 		}
 	}
@@ -135,26 +199,29 @@ func makeEntry(s *session.Session) entry {
 		if k, ok := normKey(first); ok {
 			e.hi, e.lo, e.pfx = k.hi, k.lo, k.code
 			if k.prefix() != first {
-				e.ensureExt().first = first
+				out.ensureExt().first = first
 				e.flag |= flagFirstExt
 			}
 		} else {
 			e.pfx = pfxUnroutable
-			e.ensureExt().first = first
+			out.ensureExt().first = first
 			e.flag |= flagFirstExt
 		}
-		if len(s.Allocations) > 1 {
-			e.ensureExt().allocs = append([]netip.Prefix(nil), s.Allocations[1:]...)
+		if more := s.Allocations[1:]; len(more) > 0xff || int(e.rlen)+len(more)*allocLen > 0xffff {
+			out.ensureExt().allocs = append([]netip.Prefix(nil), more...)
+		} else if len(more) > 0 {
+			out.allocs, e.more = more, uint8(len(more))
+			e.rlen += uint16(len(more) * allocLen)
 		}
 	}
-	return e
+	return e, out
 }
 
-func (e *entry) ensureExt() *extra {
-	if e.ext == nil {
-		e.ext = new(extra)
+func (o *outOfLine) ensureExt() *extra {
+	if o.x == nil {
+		o.x = new(extra)
 	}
-	return e.ext
+	return o.x
 }
 
 // compactTime returns t as Unix nanoseconds when that loses nothing: t is a
@@ -238,16 +305,17 @@ func (e *entry) firstKey() (pkey, bool) {
 	return pkey{hi: e.hi, lo: e.lo, code: e.pfx}, e.pfx >= keyV4
 }
 
-// keys appends the distinct routing keys of e's valid allocations.
-func (e *entry) keys(dst []pkey) []pkey {
+// keys appends the distinct routing keys of the valid allocations of e,
+// the first and more.
+func keys(dst []pkey, e *entry, more []netip.Prefix) []pkey {
 	if k, ok := e.firstKey(); ok {
 		dst = append(dst, k)
 	}
-	if e.ext == nil {
+	if len(more) == 0 {
 		return dst
 	}
 	ks := newKeySet(dst)
-	for _, p := range e.ext.allocs {
+	for _, p := range more {
 		if k, ok := normKey(p); ok && !ks.has(k) {
 			dst = append(dst, k)
 			ks.add(dst, k)
@@ -308,23 +376,80 @@ func containsKey(ks []pkey, k pkey) bool {
 	return false
 }
 
-func (e *entry) strAt(i int) string {
+// Entry is a read-only view of one session in an Index snapshot: the entry
+// and what it needs beside it (its chunk's side, the snapshot's intern
+// table), three words. Copy it freely; two Entries of one snapshot for one
+// session are equal (==). Its accessors do not allocate, except
+// Allocations and Session, which build new values. An Entry stays valid and
+// unchanged as long as it is referenced, whatever is applied later. The
+// zero Entry stands for no session: its accessors return zero values.
+//
+// The strings it returns (id, username, device id, trace id, opaque id)
+// are views into the index's memory: like the Entry, each keeps its chunk
+// of 64 entries (8 KiB) or the chunk's out-of-line records alive while it
+// is held. Keep them for the time of a query; clone them (strings.Clone) to
+// keep them longer, or use Session.
+type Entry struct {
+	e  *entry
+	xs **chunkSide // the place of the side of e's chunk in its directory (published: never changes)
+	n  *names      // the snapshot's intern table
+}
+
+// side is the side of e's chunk: read only by the accessors that need it,
+// so that the others do not pay for it.
+func (v Entry) side() *chunkSide { return *v.xs }
+
+// extra is e's extra record, or nil.
+func (v Entry) extra() *extra {
+	if v.e.ext == 0 {
+		return nil
+	}
+	return v.side().ext[v.e.ext-1]
+}
+
+// strLen is the length of the strings in e's record.
+func (e *entry) strLen() int { return int(e.rlen) - int(e.more)*allocLen }
+
+// moreAllocs appends the allocations after the first to dst.
+func (v Entry) moreAllocs(dst []netip.Prefix) []netip.Prefix {
+	if e := v.e; e.more != 0 {
+		rec := v.side().rest[int(e.rest)+e.strLen() : int(e.rest)+int(e.rlen)]
+		for i := 0; i < len(rec); i += allocLen {
+			dst = append(dst, decodePrefix(rec[i:]))
+		}
+	}
+	if x := v.extra(); x != nil {
+		dst = append(dst, x.allocs...)
+	}
+	return dst
+}
+
+// record is e's out-of-line record, bytes lo to hi, viewed as a string.
+func (v Entry) record(lo, hi int) string {
+	if lo == hi {
+		return ""
+	}
+	return unsafe.String(&v.side().rest[int(v.e.rest)+lo], hi-lo)
+}
+
+func (v Entry) strAt(i int) string {
+	e := v.e
 	switch {
 	case e.flag&flagBigStr != 0:
-		return e.ext.strs[i]
+		return v.extra().strs[i]
 	case e.flag&flagRestAll != 0:
-		lo, hi := 0, len(e.rest)
+		lo, hi := 0, e.strLen()
 		if i > 0 {
 			lo = int(binary.LittleEndian.Uint16(e.buf[2*i-2:]))
 		}
 		if i < 4 {
 			hi = int(binary.LittleEndian.Uint16(e.buf[2*i:]))
 		}
-		return e.rest[lo:hi]
+		return v.record(lo, hi)
 	case i == 3:
-		return e.rest[:e.trace]
+		return v.record(0, int(e.trace))
 	case i == 4:
-		return e.rest[e.trace:]
+		return v.record(int(e.trace), e.strLen())
 	}
 	lo, hi := 0, int(e.ends[i])
 	if i > 0 {
@@ -336,29 +461,12 @@ func (e *entry) strAt(i int) string {
 	return unsafe.String(&e.buf[lo], hi-lo)
 }
 
-func (e *entry) id() string       { return e.strAt(0) }
-func (e *entry) username() string { return e.strAt(1) }
-func (e *entry) deviceID() string { return e.strAt(2) }
-func (e *entry) orgName() string  { return e.org.Value() }
-
-// Entry is a read-only view of one session in an Index snapshot. It is a
-// pointer-sized value: copy it freely. Its accessors do not allocate, except
-// Allocations and Session, which build new values. An Entry stays valid and
-// unchanged as long as it is referenced, whatever is applied later. The
-// zero Entry stands for no session: its accessors return zero values.
-//
-// The id, username and device id returned are views into the index's
-// memory: like the Entry, each keeps its chunk of 64 entries (9.5 KiB) alive
-// while it is held. Keep them for the time of a query; clone them
-// (strings.Clone) to keep them longer, or use Session.
-type Entry struct{ e *entry }
-
 // ID is the session id.
 func (v Entry) ID() string {
 	if v.e == nil {
 		return ""
 	}
-	return v.e.id()
+	return v.strAt(0)
 }
 
 // Org is the session's organisation.
@@ -366,18 +474,27 @@ func (v Entry) Org() string {
 	if v.e == nil {
 		return ""
 	}
-	return v.e.org.Value()
+	return v.n.name(v.e.org)
 }
 
-// OrgHandle is Org interned: equal handles are equal organisations, and
-// comparing or hashing one reads a pointer, not the name (a per-query
-// cache keyed by organisation, as the resolver's policy memo). The zero
-// Entry's is the zero handle.
-func (v Entry) OrgHandle() unique.Handle[string] {
+// OrgID identifies an organisation within one index lineage: the
+// snapshots derived, by Apply, from one Empty() or one Builder. Within a
+// lineage, two OrgIDs are equal exactly when the organisations are, in any
+// snapshots; OrgIDs from different lineages (an index rebuilt from
+// scratch) are never equal. Comparing or hashing one reads no string (a
+// per-query cache keyed by organisation, as the resolver's policy memo,
+// can outlive many snapshots). The zero OrgID is the zero Entry's.
+type OrgID struct {
+	lin *lineage
+	id  uint32
+}
+
+// OrgID is the identity of the session's organisation.
+func (v Entry) OrgID() OrgID {
 	if v.e == nil {
-		return unique.Handle[string]{}
+		return OrgID{}
 	}
-	return v.e.org
+	return OrgID{v.n.lin, v.e.org}
 }
 
 // Revision is the producer's deploy revision.
@@ -393,7 +510,7 @@ func (v Entry) Username() string {
 	if v.e == nil {
 		return ""
 	}
-	return v.e.username()
+	return v.strAt(1)
 }
 
 // DeviceID is the subscriber's device id, or "".
@@ -401,15 +518,15 @@ func (v Entry) DeviceID() string {
 	if v.e == nil {
 		return ""
 	}
-	return v.e.deviceID()
+	return v.strAt(2)
 }
 
 // Location is the tiered-filtering location, or "".
 func (v Entry) Location() string {
-	if v.e == nil || v.e.loc == (unique.Handle[string]{}) {
+	if v.e == nil {
 		return ""
 	}
-	return v.e.loc.Value()
+	return v.n.name(v.e.loc) // id 0 names ""
 }
 
 // Identity is the subscriber the session names, as Session().Identity()
@@ -425,7 +542,7 @@ func (v Entry) TraceID() string {
 	if v.e == nil {
 		return ""
 	}
-	return v.e.strAt(3)
+	return v.strAt(3)
 }
 
 // OpaqueID is the producer's reference, or "".
@@ -433,7 +550,7 @@ func (v Entry) OpaqueID() string {
 	if v.e == nil {
 		return ""
 	}
-	return v.e.strAt(4)
+	return v.strAt(4)
 }
 
 // UpdatedAt is when the session last changed.
@@ -443,7 +560,7 @@ func (v Entry) UpdatedAt() time.Time {
 	case e == nil || e.flag&flagUpdZero != 0:
 		return time.Time{}
 	case e.flag&flagUpdExt != 0:
-		return e.ext.upd
+		return v.extra().upd
 	}
 	return time.Unix(0, e.upd).UTC()
 }
@@ -455,7 +572,7 @@ func (v Entry) ExpiresAt() (t time.Time, ok bool) {
 	case e == nil || e.flag&flagExp == 0:
 		return time.Time{}, false
 	case e.flag&flagExpExt != 0:
-		return e.ext.exp, true
+		return v.extra().exp, true
 	}
 	return time.Unix(0, e.exp).UTC(), true
 }
@@ -470,46 +587,61 @@ func (v Entry) Allocations() []netip.Prefix {
 	if e.pfx == pfxNone {
 		return []netip.Prefix{}
 	}
-	n := 1
-	if e.ext != nil {
-		n += len(e.ext.allocs)
+	x := v.extra()
+	n := 1 + int(e.more)
+	if x != nil {
+		n += len(x.allocs)
 	}
 	out := make([]netip.Prefix, 1, n)
 	if e.flag&flagFirstExt != 0 {
-		out[0] = e.ext.first
+		out[0] = x.first
 	} else {
 		k, _ := e.firstKey()
 		out[0] = k.prefix()
 	}
-	if e.ext != nil {
-		out = append(out, e.ext.allocs...)
-	}
-	return out
+	return v.moreAllocs(out)
 }
 
 // Session returns a new session equal to the one stored
 // (reflect.DeepEqual), or nil for the zero Entry. It is the caller's: its
 // strings are copies or immutable strings shared with the index, and it
-// keeps none of the index's entry arrays alive.
+// keeps none of the index's entry arrays or records alive.
 func (v Entry) Session() *session.Session {
-	if v.e == nil {
+	e := v.e
+	if e == nil {
 		return nil
 	}
-	id, user, dev := v.ID(), v.Username(), v.DeviceID()
-	if e := v.e; e.flag&(flagBigStr|flagRestAll) == 0 {
-		// One allocation for the three inline strings.
+	var strs [5]string
+	switch {
+	case e.flag&flagBigStr != 0:
+		strs = v.extra().strs // strings of their own, shared with the index
+	case e.flag&flagRestAll != 0:
+		// One allocation for the five strings.
+		all := strings.Clone(v.record(0, e.strLen()))
+		lo := 0
+		for i := range strs {
+			hi := len(all)
+			if i < 4 {
+				hi = int(binary.LittleEndian.Uint16(e.buf[2*i:]))
+			}
+			strs[i], lo = all[lo:hi], hi
+		}
+	default:
+		// One allocation for the three inline strings, one for the record.
 		all := string(e.buf[:e.ends[2]])
-		id, user, dev = all[:e.ends[0]], all[e.ends[0]:e.ends[1]], all[e.ends[1]:]
+		strs[0], strs[1], strs[2] = all[:e.ends[0]], all[e.ends[0]:e.ends[1]], all[e.ends[1]:]
+		rec := strings.Clone(v.record(0, e.strLen()))
+		strs[3], strs[4] = rec[:e.trace], rec[e.trace:]
 	}
 	s := &session.Session{
-		ID:          id,
+		ID:          strs[0],
 		Org:         v.Org(),
-		Revision:    v.e.rev,
+		Revision:    e.rev,
 		Allocations: v.Allocations(),
-		Attributes:  identity.Attributes{Username: user, DeviceID: dev, Location: v.Location()},
+		Attributes:  identity.Attributes{Username: strs[1], DeviceID: strs[2], Location: v.Location()},
 
-		TraceID:   v.TraceID(),
-		OpaqueID:  v.OpaqueID(),
+		TraceID:   strs[3],
+		OpaqueID:  strs[4],
 		UpdatedAt: v.UpdatedAt(),
 	}
 	if t, ok := v.ExpiresAt(); ok {

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-	"unique"
 	"unsafe"
 
 	"github.com/svc-pf/svc-pf/internal/identity"
@@ -31,6 +30,10 @@ func roundTripCases() []*session.Session {
 		many[i] = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 9, byte(i % 20), 0}), 24)
 	}
 	long := strings.Repeat("x", 70_000)
+	hundreds := make([]netip.Prefix, 300) // more than a record holds
+	for i := range hundreds {
+		hundreds[i] = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 8, byte(i >> 8), byte(i)}), 32)
+	}
 	return []*session.Session{
 		full,
 		{ID: "bare", Org: "o"}, // nil allocations, zero time, no expiry
@@ -58,6 +61,8 @@ func roundTripCases() []*session.Session {
 		{ID: "0123456789abcdef0123456789abcded", Org: "o", Attributes: identity.Attributes{Username: "bob", DeviceID: strings.Repeat("d", 29)}}, // exactly inline
 		{ID: "x", Org: "o", TraceID: long[:0xffff]},                // rest at its limit
 		{ID: "y", Org: "o", TraceID: long[:0xffff], OpaqueID: "o"}, // over it
+		{ID: "hundreds", Org: "o", Allocations: hundreds, TraceID: "t"},
+		{ID: "strings-and-allocations-over-the-limit", Org: "o", TraceID: long[:0xffff-20], Allocations: []netip.Prefix{pfx("10.7.0.0/16"), pfx("10.8.0.0/16"), pfx("2001:db8:7::/48")}},
 		{ID: "unicode-ünï", Org: "örg", Attributes: identity.Attributes{Username: "ü", DeviceID: "\x00\xff", Location: "📍"}, TraceID: "\u200b", OpaqueID: "\t"},
 	}
 }
@@ -121,10 +126,10 @@ func TestRoundTrip(t *testing.T) {
 }
 
 // TestEntrySize pins the layout the figures in docs/subscriber-index.md
-// rest on: a chunk of 64 entries fills one allocation size class.
+// rest on: a chunk of 64 entries fills one allocation size class (8 KiB).
 func TestEntrySize(t *testing.T) {
-	if got := unsafe.Sizeof(entry{}); got != 152 {
-		t.Fatalf("entry is %d bytes, want 152", got)
+	if got := unsafe.Sizeof(entry{}); got != 128 {
+		t.Fatalf("entry is %d bytes, want 128", got)
 	}
 }
 
@@ -166,32 +171,42 @@ func TestEntryIdentity(t *testing.T) {
 	}
 }
 
-// TestEntryOrgHandle: OrgHandle names Org, and two entries' handles are
-// equal exactly when their organisations are (the resolver keys a memo by
-// it); the zero Entry's is the zero handle.
-func TestEntryOrgHandle(t *testing.T) {
+// TestEntryOrgID: two entries' OrgIDs are equal exactly when their
+// organisations are, in one snapshot and across the snapshots Apply
+// derives from it (the resolver keys a memo by it), and never across
+// lineages; the zero Entry's is the zero OrgID.
+func TestEntryOrgID(t *testing.T) {
 	cases := roundTripCases()
 	ix := Empty().Apply(cases, nil)
+	later := ix.Apply([]*session.Session{{ID: "new", Org: "new-org"}, {ID: "bare", Org: "acme"}}, []string{"many"})
 	var entries []Entry
 	for _, s := range cases {
 		e, ok := ix.Get(s.ID)
 		if !ok {
 			t.Fatalf("Get(%q) missed", s.ID)
 		}
-		if got := e.OrgHandle().Value(); got != s.Org {
-			t.Errorf("%q: OrgHandle().Value() = %q, want %q", s.ID, got, s.Org)
-		}
+		entries = append(entries, e)
+	}
+	for _, id := range []string{"new", "bare", "odd-first"} {
+		e, _ := later.Get(id)
 		entries = append(entries, e)
 	}
 	for _, a := range entries {
 		for _, b := range entries {
-			if (a.OrgHandle() == b.OrgHandle()) != (a.Org() == b.Org()) {
-				t.Errorf("%q and %q: handles equal %v, orgs %q and %q", a.ID(), b.ID(), a.OrgHandle() == b.OrgHandle(), a.Org(), b.Org())
+			if (a.OrgID() == b.OrgID()) != (a.Org() == b.Org()) {
+				t.Errorf("%q and %q: OrgIDs equal %v, orgs %q and %q", a.ID(), b.ID(), a.OrgID() == b.OrgID(), a.Org(), b.Org())
 			}
 		}
+		if a.OrgID() == (OrgID{}) {
+			t.Errorf("%q: zero OrgID", a.ID())
+		}
 	}
-	if (Entry{}).OrgHandle() != (unique.Handle[string]{}) {
-		t.Error("zero Entry: OrgHandle is not the zero handle")
+	other, _ := Empty().Apply(cases, nil).Get(cases[0].ID)
+	if other.OrgID() == entries[0].OrgID() {
+		t.Error("two lineages share an OrgID")
+	}
+	if (Entry{}).OrgID() != (OrgID{}) {
+		t.Error("zero Entry: OrgID is not the zero OrgID")
 	}
 }
 

@@ -10,9 +10,10 @@
 // writers derive a new snapshot with Apply, which copies only the few small
 // nodes a change touches, and publish it with one atomic pointer swap.
 //
-// Sessions are stored in a compact form (152 bytes for the usual session,
-// strings included, against ~300 for a *session.Session) and read back
-// through Entry, a pointer-sized view whose accessors do not allocate;
+// Sessions are stored in a compact form (128 bytes for the usual session,
+// strings included, against ~300 for a *session.Session, in chunks without
+// pointers that the garbage collector does not scan) and read back
+// through Entry, a three-word view whose accessors do not allocate;
 // Entry.Session rebuilds the full session, exactly as it was given. See
 // docs/subscriber-index.md for the structures and their figures.
 package sessionindex
@@ -20,6 +21,7 @@ package sessionindex
 import (
 	"hash/maphash"
 	"math/rand/v2"
+	"net/netip"
 	"slices"
 
 	"github.com/svc-pf/svc-pf/internal/session"
@@ -33,6 +35,7 @@ type Index struct {
 	tagMask  uint32       // all ones; tests narrow it to force tag collisions
 	n        int
 	slots    slots        // the entries
+	names    *names       // the intern table of org and location names
 	free     uint32       // first free slot + 1, 0 when none; the list runs through entry.rev
 	byID     htab[uint32] // hash of the id → slot, confirmed by the entry
 	routes   routes
@@ -42,7 +45,7 @@ type Index struct {
 }
 
 func newIndex() *Index {
-	return &Index{seed: maphash.MakeSeed(), rseed: [3]uint64{rand.Uint64(), rand.Uint64(), rand.Uint64() | 1}, tagMask: ^uint32(0)}
+	return &Index{seed: maphash.MakeSeed(), rseed: [3]uint64{rand.Uint64(), rand.Uint64(), rand.Uint64() | 1}, tagMask: ^uint32(0), names: newNames()}
 }
 
 // Empty returns an index with no sessions.
@@ -61,11 +64,17 @@ func (ix *Index) Get(id string) (Entry, bool) {
 	if !ok {
 		return Entry{}, false
 	}
-	return Entry{ix.slots.get(s)}, true
+	return ix.at(s), true
+}
+
+// at is the Entry at slot.
+func (ix *Index) at(slot uint32) Entry {
+	e, xs := ix.slots.get(slot)
+	return Entry{e, xs, ix.names}
 }
 
 func (ix *Index) findID(tag uint32, id string) (uint32, bool) {
-	return ix.byID.find(tag, tag, func(s uint32) bool { return ix.slots.get(s).id() == id })
+	return ix.byID.find(tag, tag, func(s uint32) bool { return ix.at(s).ID() == id })
 }
 
 // sameHash is the hash of a key that is a hash already.
@@ -73,27 +82,31 @@ func sameHash(h uint32) uint32 { return h }
 
 // ByOrg returns the sessions of an organisation, in no particular order.
 func (ix *Index) ByOrg(org string) []Entry {
-	return ix.group(&ix.byOrg, org, func(e *entry) bool { return e.orgName() == org })
+	id, ok := ix.nameID(org)
+	if !ok {
+		return nil
+	}
+	return ix.group(&ix.byOrg, org, func(v Entry) bool { return v.e.org == id })
 }
 
 // ByUsername returns the sessions with this username, in no particular order.
 func (ix *Index) ByUsername(u string) []Entry {
-	return ix.group(&ix.byUser, u, func(e *entry) bool { return e.username() == u })
+	return ix.group(&ix.byUser, u, func(v Entry) bool { return v.Username() == u })
 }
 
 // ByDeviceID returns the sessions with this device id, in no particular order.
 func (ix *Index) ByDeviceID(d string) []Entry {
-	return ix.group(&ix.byDevice, d, func(e *entry) bool { return e.deviceID() == d })
+	return ix.group(&ix.byDevice, d, func(v Entry) bool { return v.DeviceID() == d })
 }
 
-func (ix *Index) group(t *slotTree, key string, match func(*entry) bool) []Entry {
+func (ix *Index) group(t *slotTree, key string, match func(Entry) bool) []Entry {
 	if key == "" {
 		return nil
 	}
 	var out []Entry
 	t.run(ix.strTag(key), func(slot uint32) bool {
-		if e := ix.slots.get(slot); match(e) {
-			out = append(out, Entry{e})
+		if v := ix.at(slot); match(v) {
+			out = append(out, v)
 		}
 		return true
 	})
@@ -103,7 +116,7 @@ func (ix *Index) group(t *slotTree, key string, match func(*entry) bool) []Entry
 // All yields every session, in no particular order, until yield returns
 // false. It works with range-over-func: `for e := range ix.All { … }`.
 func (ix *Index) All(yield func(Entry) bool) {
-	ix.slots.each(func(_ uint32, e *entry) bool { return yield(Entry{e}) })
+	ix.slots.each(func(_ uint32, e *entry, xs **chunkSide) bool { return yield(Entry{e, xs, ix.names}) })
 }
 
 // Apply returns a new snapshot with the upserts and then the deletes applied;
@@ -147,17 +160,20 @@ type mutation struct {
 	// Builder.Index instead of being kept up to date.
 	bulk           bool
 	oldKeys, nkeys []pkey // scratch
+	more           []netip.Prefix
 }
 
 func (m *mutation) upsert(s *session.Session) {
 	ix := m.ix
-	e := makeEntry(s)
-	m.nkeys = e.keys(m.nkeys[:0])
+	e, out := makeEntry(s, m.intern)
+	m.nkeys = keys(m.nkeys[:0], &e, out.more())
 	tag := ix.strTag(s.ID)
 	slot, found := ix.findID(tag, s.ID)
+	keys3 := [3]string{s.Org, s.Username, s.DeviceID}
 	if found {
-		old := *ix.slots.get(slot)
-		m.oldKeys = old.keys(m.oldKeys[:0])
+		old := ix.at(slot)
+		m.more = old.moreAllocs(m.more[:0])
+		m.oldKeys = keys(m.oldKeys[:0], old.e, m.more)
 		kept := newKeySet(m.nkeys)
 		for _, k := range m.oldKeys {
 			if !kept.has(k) {
@@ -165,19 +181,52 @@ func (m *mutation) upsert(s *session.Session) {
 			}
 		}
 		if !m.bulk {
-			m.reindex(&old, &e, slot)
+			m.reindex([3]string{old.Org(), old.Username(), old.DeviceID()}, keys3, slot)
 		}
 	} else {
 		slot = m.alloc()
 		ix.byID.insert(m.ed, tag, slot, sameHash)
 		ix.n++
 		if !m.bulk {
-			m.reindex(nil, &e, slot)
+			m.reindex([3]string{}, keys3, slot)
 		}
 	}
-	*ix.slots.mut(m.ed, slot) = e
+	m.store(slot, e, &out)
 	for _, k := range m.nkeys {
 		m.pushRoute(k, slot)
+	}
+}
+
+// store writes e at slot, with what it keeps out of line in its chunk's
+// side.
+func (m *mutation) store(slot uint32, e entry, out *outOfLine) {
+	p, r := m.ix.slots.mut(m.ed, slot)
+	oldLen, oldExt := p.rlen, p.ext
+	rlen := e.rlen
+	e.rlen = 0 // no record until it is written
+	*p = e
+	if oldLen == 0 && oldExt == 0 && rlen == 0 && out.x == nil {
+		return
+	}
+	if x := *r.x; x != nil && x.owner == m.ed {
+		x.dead += int(oldLen)
+		if oldExt != 0 {
+			x.deadExt++
+		}
+	}
+	x := r.sideFor(m.ed, int(rlen), out.x != nil)
+	if rlen != 0 {
+		p.rest, p.rlen = uint32(len(x.rest)), rlen
+		for _, s := range out.strs[:out.n] {
+			x.rest = append(x.rest, s...)
+		}
+		for _, p := range out.allocs {
+			x.rest = appendPrefix(x.rest, p)
+		}
+	}
+	if out.x != nil {
+		x.ext = append(x.ext, out.x)
+		p.ext = uint16(len(x.ext))
 	}
 }
 
@@ -188,16 +237,17 @@ func (m *mutation) delete(id string) {
 	if !found {
 		return
 	}
-	old := *ix.slots.get(slot)
-	m.oldKeys = old.keys(m.oldKeys[:0])
+	old := ix.at(slot)
+	m.more = old.moreAllocs(m.more[:0])
+	m.oldKeys = keys(m.oldKeys[:0], old.e, m.more)
 	for _, k := range m.oldKeys {
 		m.dropRoute(k, slot)
 	}
 	if !m.bulk {
-		m.reindex(&old, nil, slot)
+		m.reindex([3]string{old.Org(), old.Username(), old.DeviceID()}, [3]string{}, slot)
 	}
 	ix.byID.remove(m.ed, tag, slot, sameHash)
-	*ix.slots.mut(m.ed, slot) = entry{rev: int64(ix.free)}
+	m.store(slot, entry{rev: int64(ix.free)}, &outOfLine{})
 	ix.free = slot + 1
 	ix.n--
 }
@@ -208,20 +258,14 @@ func (m *mutation) alloc() uint32 {
 		return ix.slots.n
 	}
 	slot := ix.free - 1
-	ix.free = uint32(ix.slots.get(slot).rev)
+	e, _ := ix.slots.get(slot)
+	ix.free = uint32(e.rev)
 	return slot
 }
 
-// reindex moves slot in the secondary indexes from the keys of old to those
-// of e; either may be nil.
-func (m *mutation) reindex(old, e *entry, slot uint32) {
-	var o, n [3]string
-	if old != nil {
-		o = [3]string{old.orgName(), old.username(), old.deviceID()}
-	}
-	if e != nil {
-		n = [3]string{e.orgName(), e.username(), e.deviceID()}
-	}
+// reindex moves slot in the secondary indexes from the keys o to the keys
+// n (org, username, device id; "" for none).
+func (m *mutation) reindex(o, n [3]string, slot uint32) {
 	for i, t := range [3]*slotTree{&m.ix.byOrg, &m.ix.byUser, &m.ix.byDevice} {
 		if o[i] == n[i] {
 			continue
@@ -268,20 +312,25 @@ func (b *Builder) Delete(id string) { b.m.delete(id) }
 func (b *Builder) Index() *Index {
 	ix := *b.m.ix
 	var org, user, dev []uint64
-	orgTags := make(map[string]uint64)
-	ix.slots.each(func(slot uint32, e *entry) bool {
-		if name := e.orgName(); name != "" {
-			t, ok := orgTags[name]
-			if !ok {
-				t = uint64(ix.strTag(name)) << 32
-				orgTags[name] = t
-			}
-			org = append(org, t|uint64(slot))
+	type orgTag struct {
+		tag      uint64
+		done, ok bool // computed; the org is not ""
+	}
+	orgTags := make([]orgTag, len(ix.names.strs)) // by org id
+	ix.slots.each(func(slot uint32, e *entry, xs **chunkSide) bool {
+		v := Entry{e, xs, ix.names}
+		t := &orgTags[e.org]
+		if !t.done {
+			name := ix.names.name(e.org)
+			t.tag, t.done, t.ok = uint64(ix.strTag(name))<<32, true, name != ""
 		}
-		if u := e.username(); u != "" {
+		if t.ok {
+			org = append(org, t.tag|uint64(slot))
+		}
+		if u := v.Username(); u != "" {
 			user = append(user, uint64(ix.strTag(u))<<32|uint64(slot))
 		}
-		if d := e.deviceID(); d != "" {
+		if d := v.DeviceID(); d != "" {
 			dev = append(dev, uint64(ix.strTag(d))<<32|uint64(slot))
 		}
 		return true

@@ -77,7 +77,7 @@ func split6(hi uint64) [2]uint32 { return [2]uint32{uint32(hi >> 32), uint32(hi)
 // access to the Entry's fields does.
 func (ix *Index) LookupIP(a netip.Addr) (Entry, bool) {
 	if s, ok := ix.lookup(a); ok {
-		return Entry{ix.slots.get(s)}, true
+		return ix.at(s), true
 	}
 	return Entry{}, false
 }
