@@ -153,11 +153,12 @@ func (s *Service) refresher(t *term) {
 }
 
 // endTerm stops serving and writing for a term that ended (lost, stopped,
-// or a failed activation) and, unless the lock was lost, releases it.
-func (s *Service) endTerm(t *term) {
+// or a failed activation) and, unless the lock was lost, releases it. It
+// reports whether the lock was lost.
+func (s *Service) endTerm(t *term) (lost bool) {
 	t.cancel()
 	<-t.done
-	lost := t.lost.Load()
+	reason := t.lost.Load()
 	// Writes stop first: the fence closes with the lease, before the
 	// endpoints go.
 	rev := s.lease.rev.Load()
@@ -177,23 +178,24 @@ func (s *Service) endTerm(t *term) {
 	//lint:ignore SA2001 an empty critical section is the barrier
 	s.mu.Unlock()
 	s.setRole(RoleStandby)
-	if lost != nil {
+	if reason != nil {
 		s.metrics.lockLost.Inc()
-		s.log.Error("lost the lock: stopped serving and writing; back on standby", "reason", *lost,
+		s.log.Error("lost the lock: stopped serving and writing; back on standby", "reason", *reason,
 			"was_active", wasActive, "held_for", time.Since(t.began).Round(time.Millisecond), "lock_bucket", s.cfg.LockBucket)
-		return
+		return true
 	}
 	if rev == 0 {
-		return
+		return false
 	}
 	s.lease.rev.Store(rev)
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.LockTTL)
 	defer cancel()
 	if err := s.lease.release(ctx); err != nil {
 		s.log.Warn("release the lock; a standby takes over once it expires", "err", err, "ttl", s.cfg.LockTTL)
-		return
+		return false
 	}
 	s.log.Info("released the lock", "lock_bucket", s.cfg.LockBucket)
+	return false
 }
 
 // run is the campaign: it serves a term while it lasts, then waits on
@@ -206,12 +208,19 @@ func (s *Service) run(t *term) {
 	// lock and the logs.
 	failed := 0
 	for {
+		wait := s.cfg.LockTTL / 3
 		if t != nil {
 			<-t.ctx.Done()
-			s.endTerm(t)
+			if s.endTerm(t) {
+				// The lock was taken or deleted under it: an operator's
+				// forced fail-over, or a standby that saw it expire. Wait
+				// a whole TTL before trying again, so that a standby
+				// (trying every TTL/3) takes it, and this instance only
+				// when there is none.
+				wait = s.cfg.LockTTL
+			}
 			t = nil
 		}
-		wait := s.cfg.LockTTL / 3
 		if failed > 0 {
 			wait = min(wait<<min(failed, 10), maxActivationBackoff)
 		}
