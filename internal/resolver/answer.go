@@ -132,9 +132,10 @@ func (r *Resolver) debugReply(req *dns.Msg, q *query) *dns.Msg {
 }
 
 // finish completes a reply for the client: id, question as asked, flags,
-// EDNS as the client spoke it; packed, and over UDP cut to the client's
-// size with TC set.
-func finish(req, m *dns.Msg, tcp bool) ([]byte, error) {
+// EDNS as the client spoke it; packed into dst when it is long enough (a
+// new buffer otherwise; nil: always new), and over UDP cut to the
+// client's size with TC set.
+func finish(dst []byte, req, m *dns.Msg, tcp bool) ([]byte, error) {
 	m.Id = req.Id
 	m.Question = req.Question
 	m.Response, m.RecursionAvailable, m.RecursionDesired = true, true, req.RecursionDesired
@@ -166,5 +167,5 @@ func finish(req, m *dns.Msg, tcp bool) ([]byte, error) {
 		m.Truncate(size)
 	}
 	m.Compress = true
-	return m.Pack()
+	return m.PackBuffer(dst)
 }

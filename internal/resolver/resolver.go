@@ -114,6 +114,9 @@ type Resolver struct {
 	shardSeq atomic.Uint32
 	// decisions recycles the slow path's *decideScratch (pipeline.go).
 	decisions sync.Pool
+	// replyBufs recycles the UDP slow path's reply buffers (*[]byte of
+	// ourUDPSize bytes, udp.go).
+	replyBufs sync.Pool
 	gen       uint64 // the last Generation seen; the sweeper's
 	wg        sync.WaitGroup
 }
@@ -165,6 +168,10 @@ func New(cfg Config) (*Resolver, error) {
 	}
 	r := &Resolver{cfg: cfg, engine: cfg.Engine, log: cfg.Logger, now: cfg.Clock}
 	r.decisions.New = newDecideScratch
+	r.replyBufs.New = func() any {
+		b := make([]byte, ourUDPSize)
+		return &b
+	}
 	var err error
 	if r.packets, err = cache.NewPacket(cfg.Cache.Packet); err != nil {
 		return nil, err

@@ -122,10 +122,10 @@ func (t *tcpServer) handle(r *Resolver, w dns.ResponseWriter, req *dns.Msg) {
 }
 
 func (t *tcpServer) write(r *Resolver, w dns.ResponseWriter, req, reply *dns.Msg, start time.Time) {
-	wire, err := finish(req, reply, true)
+	wire, err := finish(nil, req, reply, true)
 	if err != nil {
 		t.shard.Inc(stats.ServerParseErrors)
-		wire, _ = finish(req, errorReply(req, dns.RcodeServerFailure), true)
+		wire, _ = finish(nil, req, errorReply(req, dns.RcodeServerFailure), true)
 	}
 	_, _ = w.Write(wire)
 	t.shard.Replied(reply.Rcode, r.now().Sub(start))

@@ -1,7 +1,6 @@
 package resolver
 
 import (
-	"bytes"
 	"errors"
 	"net"
 	"net/netip"
@@ -181,16 +180,43 @@ func (s *udpSocket) handle(r *Resolver, b *udpBatch, i int, now time.Time, v *po
 		s.shard.Inc(stats.OverCapacityDrops)
 		return
 	}
-	pkt = bytes.Clone(pkt)
-	var k *cache.PacketKey
-	if keyed {
-		kc := *key
-		k = &kc
-	}
+	// One allocation carries the query and its packet-cache key (the
+	// key's bytes, not the fixed array: ~350 bytes less per miss). A key
+	// SetQuery refused is unset: nothing is appended.
+	n := len(pkt)
+	pkt = key.Append(append(make([]byte, 0, n+key.Len()), pkt...))
 	go func() {
 		defer func() { <-s.slow }()
-		s.slowPath(r, pkt, from, client, p, k, now)
+		growStack(n)
+		s.slowPath(r, pkt[:n:n], pkt[n:], from, client, p, now)
 	}()
+}
+
+// slowPathStack is what a miss's goroutine needs at its deepest (miekg/dns
+// unpacking the forwarder's answer inside Exchange, ~4.5 KiB): over 4 KiB,
+// within 8.
+const slowPathStack = 8 << 10
+
+// growStack grows the calling goroutine's stack to slowPathStack at once,
+// while it is nearly empty. A new goroutine starts with the runtime's
+// adaptive size (2 or 4 KiB under bench/resolver.sh's miss load: the
+// average depth of the stacks the last GC scanned); the miss path outgrew
+// it deep inside the forwarder's answer (dns.UnpackDomainName), where the
+// runtime copied the stack and adjusted the pointers of its ~15 frames,
+// once per miss: runtime.morestack was ~6 % of a miss's CPU, half of it
+// that copy. A frame this large makes the runtime double the stack until
+// it fits, here, where one frame is copied; what is left is allocating
+// the 8 KiB stack, which the runtime frees when the goroutine ends (it is
+// not the starting size). Running the whole miss on top of a reserve, to
+// lift that average to 8 KiB, was tried: the average still stayed under
+// 4 KiB in bench/resolver.sh, and the reserve made the deepest point
+// overflow 8 KiB instead. The array is read at an index known only at run
+// time (i is any number) so that the compiler keeps it.
+//
+//go:noinline
+func growStack(i int) byte {
+	var frame [slowPathStack - 3<<10]byte
+	return frame[uint(i)%uint(len(frame))]
 }
 
 // flush writes the queued replies, as few sendmmsg calls as the kernel
@@ -219,8 +245,11 @@ func (s *udpSocket) flush(b *udpBatch) error {
 
 // slowPath answers a packet-cache miss through the pipeline and stores the
 // reply under the policy's key.
-func (s *udpSocket) slowPath(r *Resolver, pkt []byte, from netip.AddrPort, client netip.Addr, p *policy.Policy,
-	key *cache.PacketKey, start time.Time) {
+//
+// key holds the packet-cache key's bytes (cache.PacketKey.Append), empty
+// when the query has none.
+func (s *udpSocket) slowPath(r *Resolver, pkt, key []byte, from netip.AddrPort, client netip.Addr, p *policy.Policy,
+	start time.Time) {
 	s.shard.Inc(stats.ConcurrentQueries)
 	defer s.shard.Dec(stats.ConcurrentQueries)
 	req := new(dns.Msg)
@@ -233,19 +262,36 @@ func (s *udpSocket) slowPath(r *Resolver, pkt []byte, from netip.AddrPort, clien
 	if reply == nil {
 		return // drop
 	}
-	wire, err := finish(req, reply, false)
+	// The reply is packed into a pooled buffer: the packet cache copies
+	// it and the kernel has it once written. A UDP reply is cut to at
+	// most ourUDPSize, the buffer's length.
+	bufp := r.replyBufs.Get().(*[]byte)
+	defer r.replyBufs.Put(bufp)
+	wire, err := finish(*bufp, req, reply, false)
 	if err != nil {
 		s.shard.Inc(stats.ServerParseErrors)
-		wire, _ = finish(req, errorReply(req, dns.RcodeServerFailure), false)
+		wire, _ = finish(*bufp, req, errorReply(req, dns.RcodeServerFailure), false)
 	}
 	if p.HasSchedules() {
 		clampToMinute(wire, r.now())
 	}
-	if key != nil && cacheable(req, reply) {
-		_, _ = r.packets.Put(key, wire, r.now())
+	if len(key) > 0 && cacheable(req, reply) {
+		r.storePacket(key, wire)
 	}
 	_, _ = s.conn.WriteToUDPAddrPort(wire, from)
 	s.shard.Replied(reply.Rcode, r.now().Sub(start))
+}
+
+// storePacket stores a miss's reply under the key bytes slowPath was
+// handed. Out of slowPath's frame: the key's array is on the stack only
+// while the entry is stored, not under the whole miss.
+//
+//go:noinline
+func (r *Resolver) storePacket(keyBytes, wire []byte) {
+	var key cache.PacketKey
+	if key.SetBytes(keyBytes) {
+		_, _ = r.packets.Put(&key, wire, r.now())
+	}
 }
 
 // countParseError counts a packet dnswire refused as PowerDNS does: a

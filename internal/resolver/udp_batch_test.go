@@ -206,3 +206,85 @@ func TestUDPBatchAddressFamilies(t *testing.T) {
 		})
 	}
 }
+
+// TestUDPMissRepliesCached: concurrent misses of several kinds and sizes
+// (the slow path packs each reply into a pooled buffer and carries the
+// packet-cache key as bytes to its goroutine) each get their own answer,
+// and asked again each is a packet-cache hit with that same answer: no
+// reply is stored under another query's key or with another reply's
+// bytes.
+func TestUDPMissRepliesCached(t *testing.T) {
+	e := newEnv(t, nil)
+	type ask struct {
+		name  string
+		qtype uint16
+		do    bool
+		size  uint16
+	}
+	var asks []ask
+	for i := range 12 {
+		asks = append(asks,
+			ask{fmt.Sprintf("m%d.pool.test.", i), dns.TypeA, false, 1232},
+			ask{fmt.Sprintf("m%d.pool.test.", i), dns.TypeAAAA, false, 0},
+			ask{fmt.Sprintf("nx.m%d.pool.test.", i), dns.TypeA, false, 1232},
+			ask{fmt.Sprintf("s%d.pool.test.", i), dns.TypeA, true, 4096})
+	}
+	asks = append(asks, ask{"big.test.", dns.TypeA, false, 1232})
+	send := func(c *net.UDPConn, idBase uint16) map[uint16]*dns.Msg {
+		t.Helper()
+		for i, a := range asks {
+			m := query(a.name, a.qtype, a.size, a.do)
+			m.Id = idBase + uint16(i)
+			if _, err := c.Write(mustPack(t, m)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := map[uint16]*dns.Msg{}
+		for range asks {
+			b := readUDP(t, c, bound)
+			if b == nil {
+				t.Fatalf("%d of %d replies within %v", len(got), len(asks), bound)
+			}
+			m := mustUnpack(t, b)
+			got[m.Id] = m
+		}
+		return got
+	}
+	// answerOf is a reply's sections without TTLs, which age between the
+	// two rounds.
+	answerOf := func(m *dns.Msg) string {
+		var s strings.Builder
+		fmt.Fprintf(&s, "%s %v |", dns.RcodeToString[m.Rcode], m.Question)
+		for _, sec := range [][]dns.RR{m.Answer, m.Ns, m.Extra} {
+			for _, rr := range sec {
+				rr = dns.Copy(rr)
+				rr.Header().Ttl = 0
+				s.WriteString(" " + rr.String())
+			}
+			s.WriteString(" |")
+		}
+		return s.String()
+	}
+	c := e.udpClient("")
+	first := send(c, 0x2000)
+	for i, a := range asks {
+		m := first[0x2000+uint16(i)]
+		if m == nil || len(m.Question) != 1 || m.Question[0].Name != a.name || m.Question[0].Qtype != a.qtype {
+			t.Fatalf("%s/%s: reply %v", a.name, dns.TypeToString[a.qtype], m)
+		}
+		if len(m.Answer)+len(m.Ns) == 0 || m.Answer != nil && m.Answer[0].Header().Name != a.name {
+			t.Errorf("%s/%s: answered %v %v", a.name, dns.TypeToString[a.qtype], m.Answer, m.Ns)
+		}
+		if (m.IsEdns0() != nil) != (a.size != 0) {
+			t.Errorf("%s/%s: EDNS in the reply %v, in the query %v", a.name, dns.TypeToString[a.qtype], m.IsEdns0() != nil, a.size != 0)
+		}
+	}
+	before := e.stats("packetcache-hits", "packetcache-misses")
+	again := send(c, 0x3000)
+	for i, a := range asks {
+		if got, want := answerOf(again[0x3000+uint16(i)]), answerOf(first[0x2000+uint16(i)]); got != want {
+			t.Errorf("%s/%s from the packet cache:\n%s\nwant\n%s", a.name, dns.TypeToString[a.qtype], got, want)
+		}
+	}
+	e.wantMoved("asked again", before, map[string]uint64{"packetcache-hits": uint64(len(asks)), "packetcache-misses": 0})
+}

@@ -93,6 +93,35 @@ func (k *PacketKey) SetQuery(q *dnswire.Query, fingerprint string) bool {
 
 func (k *PacketKey) bytes() []byte { return k.buf[:k.n] }
 
+// Len is the length of the key's bytes, 0 for an unset key.
+func (k *PacketKey) Len() int { return k.n }
+
+// Append appends the key's bytes (nothing for an unset key) to b. A key is
+// a fixed ~330-byte array: a caller that hands one to another goroutine
+// keeps these few bytes, next to data it copies anyway, rather than a
+// copy of the whole array on the heap, and rebuilds the key with SetBytes.
+func (k *PacketKey) Append(b []byte) []byte { return append(b, k.bytes()...) }
+
+// SetBytes sets k from bytes Append wrote. It reports false, leaving the
+// key unset, for anything Set would not have built (empty or over-long
+// name or fingerprint, a fingerprint longer than the bytes).
+func (k *PacketKey) SetBytes(b []byte) bool {
+	k.n = 0
+	if len(b) <= keyHeaderLen || len(b) > len(k.buf) {
+		return false
+	}
+	fp := int(b[5])
+	if fp > MaxFingerprintLen {
+		return false
+	}
+	name := len(b) - keyHeaderLen - fp
+	if name <= 0 || name > dnswire.MaxNameLen {
+		return false
+	}
+	k.n = copy(k.buf[:], b)
+	return true
+}
+
 func keyName(key []byte) []byte    { return key[keyHeaderLen+int(key[5]):] }
 func keyFlags(key []byte) KeyFlags { return KeyFlags(key[0]) }
 func keyType(key []byte) uint16    { return binary.BigEndian.Uint16(key[1:]) }
