@@ -26,8 +26,9 @@ import (
 // Whatever does not fit that shape (a time that is not a plain UTC
 // instant, an unusual first allocation, long strings, hundreds of
 // allocations) goes to an extra record beside the chunk (chunkSide.ext),
-// which has pointers; the usual session has none. The encoding is lossless: Entry.Session returns a session equal
-// (reflect.DeepEqual) to the one stored.
+// which has pointers; the usual session has none. The encoding is
+// lossless: Entry.Session returns a session equal (reflect.DeepEqual) to
+// the one stored.
 //
 // Entries live in the chunks of a slots array and are never modified once
 // a snapshot that can see them is published, nor are the bytes of their
@@ -35,10 +36,10 @@ import (
 // (unsafe.String) immutable, as Go strings must be. The fields the
 // resolver reads come first.
 type entry struct {
-	org   uint32 // intern id; 0 only in a free slot
-	loc   uint32 // intern id; 0 when the session has no location
-	ends  [3]uint8
-	pfx   uint8 // pfxNone, pfxUnroutable, or the routing key's code
+	org   uint32   // intern id; 0 only in a free slot
+	loc   uint32   // intern id; 0 when the session has no location
+	ends  [3]uint8 // ends of id, username, deviceid in buf
+	pfx   uint8    // pfxNone, pfxUnroutable, or the routing key's code
 	flag  uint8
 	more  uint8           // allocations after the first in the record, after its strings
 	trace uint16          // end of trace_id in the record
