@@ -15,10 +15,13 @@
 #     GET /api/v1/simulate with ip (85 %), username (10 %) or deviceid (5 %)
 #     and a name that is a feed entry (40 %), a real list's entry (15 %) or in
 #     no feed (45 %);
-#  3. `simulator serve`: 1 000 000 sessions (10.x.y.z/32, 1 000 orgs, with
+#  3. `simulator nats`: a NATS server with JetStream in a process of its own
+#     (a simulator node follows one elsewhere; EMBED_NATS=1 runs it inside
+#     the server's process instead, as before 2026-11-24);
+#     `simulator serve`: 1 000 000 sessions (10.x.y.z/32, 1 000 orgs, with
 #     usernames, device ids and locations) in a sessionindex.Index; 131 001
 #     settings documents (global, org, profile, location, username, deviceid)
-#     in the "settings" bucket of an embedded NATS server, followed by the real
+#     in the "settings" bucket of that NATS server, followed by the real
 #     settings read model; a feeds.Client of the feed directory; the simulator
 #     wired as internal/app/simulator.go wires it (embedded default entry
 #     file, WORKERS Lua workers, api_keys [bench-key]);
@@ -59,6 +62,8 @@
 #                    latencies from each request's due time, so queueing counts
 #                    (no coordinated omission); CONNS_OPEN=256 connections.
 #                    A list ("6000 8000 10000") gives one run per rate.
+#        EMBED_NATS=1  the NATS server inside the simulator's process (its
+#                    store then adds to the server's GC cycles)
 #        SERVER_TREE=DIR  build the server (`simulator serve`) from another
 #                    checkout of the repository, e.g. a baseline made with
 #                    `git archive HEAD | tar -x -C DIR`; gen, wrk.lua and the
@@ -78,11 +83,14 @@ lists=$(cd ../shared/data/feeds 2>/dev/null && pwd) || { echo "the real lists ar
 command -v wrk >/dev/null || { echo "wrk is missing: apt-get install -y wrk" >&2; exit 1; }
 work=$(mktemp -d)
 server=""
+nats=""
 cleanup() {
-	if [ -n "$server" ] && kill -0 "$server" 2>/dev/null; then
-		kill "$server"
-		wait "$server" 2>/dev/null || true
-	fi
+	for pid in $server $nats; do
+		if kill -0 "$pid" 2>/dev/null; then
+			kill "$pid"
+			wait "$pid" 2>/dev/null || true
+		fi
+	done
 	if [ "${KEEP:-}" = 1 ]; then echo "work directory kept: $work"; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
@@ -113,7 +121,27 @@ micro=()
 server_env=(${SERVER_ENV:-})
 [ "${GCTRACE:-}" = 1 ] && server_env+=(GODEBUG=gctrace=1)
 [ ${#server_env[@]} -gt 0 ] && echo "   server environment: ${server_env[*]}"
-env "${server_env[@]}" "$server_bin" serve -work "$work" -sessions "$sessions" -workers "$workers" "${micro[@]}" \
+# The NATS server runs in a process of its own, as a simulator node's does
+# (only `svc-pf all` embeds it): in the server's process its JetStream store
+# would add to every GC cycle. EMBED_NATS=1, or a SERVER_TREE whose harness
+# has no -nats flag, embeds it in the server as before.
+nats_flag=()
+if [ "${EMBED_NATS:-}" != 1 ] && "$server_bin" serve -h 2>&1 | grep -q -- '-nats'; then
+	"$work/simulator" nats -work "$work" > "$work/nats.out" 2> "$work/nats.log" &
+	nats=$!
+	for _ in $(seq 1 100); do
+		url=$(sed -n 's/^NATS //p' "$work/nats.out")
+		[ -n "$url" ] && break
+		kill -0 "$nats" 2>/dev/null || { cat "$work/nats.log" >&2; exit 1; }
+		sleep 0.1
+	done
+	[ -n "$url" ] || { echo "the NATS server did not start" >&2; cat "$work/nats.log" >&2; exit 1; }
+	nats_flag=(-nats "$url")
+	echo "   NATS server in its own process: $url"
+else
+	echo "   NATS server embedded in the simulator's process"
+fi
+env "${server_env[@]}" "$server_bin" serve -work "$work" "${nats_flag[@]}" -sessions "$sessions" -workers "$workers" "${micro[@]}" \
 	> "$work/serve.out" 2> "$work/serve.log" &
 server=$!
 addr=""

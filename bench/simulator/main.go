@@ -3,7 +3,8 @@
 // it). It is not part of svc-pf.
 //
 //	simulator gen   -work DIR -lists DIR [-feed-keys N] [-sessions N] [-orgs N] [-paths N] [-hot N]
-//	simulator serve -work DIR [-sessions N] [-orgs N] [-workers N] [-listen ADDR] [-micro [-micro-profile FILE]]
+//	simulator nats  -work DIR
+//	simulator serve -work DIR [-nats URL] [-sessions N] [-orgs N] [-workers N] [-listen ADDR] [-micro [-micro-profile FILE]]
 //	simulator load  -addr HOST:PORT -paths FILE [-rate N] [-duration D] [-warmup D] [-conns N] [-timeline FILE]
 //	simulator gcjoin -timeline FILE -serve-log FILE -start UNIX_NS
 //
@@ -13,10 +14,18 @@
 // spread over every session) and DIR/paths-hot.txt (clients among -hot
 // sessions, whose compiled policies stay in the engine's cache).
 //
+// nats runs the NATS server (natsbus.StartEmbedded, JetStream in DIR/nats)
+// in a process of its own, prints "NATS <url>" on stdout and serves until
+// SIGINT/SIGTERM. A simulator node follows a NATS server elsewhere (only
+// `svc-pf all` embeds one): in serve's process, the server's JetStream
+// store of 131 001 documents would be marked by every GC cycle of the
+// simulator's, a cost production does not have.
+//
 // serve builds the node's read models as a simulator node has them — a
 // sessionindex.Index of -sessions synthetic sessions, the real settings read
-// model (readmodel/settings) following the "settings" bucket of an embedded
-// NATS server filled with documents for many of those sessions, and a real
+// model (readmodel/settings) following the "settings" bucket of the NATS
+// server at -nats (without -nats, of one embedded in serve's own process)
+// filled with documents for many of those sessions, and a real
 // feeds.Client loaded from DIR/feed — starts the simulator over them exactly
 // as internal/app/simulator.go wires it (simulator.New, Maintain, an
 // httpapi router with Mount and MountStandard, httpapi.Listen; the embedded
@@ -88,6 +97,7 @@ type params struct {
 	hot      int
 	workers  int
 	listen   string
+	natsURL  string
 	micro    bool
 	profile  string
 }
@@ -121,6 +131,7 @@ func main() {
 	fs.IntVar(&p.hot, "hot", 10_000, "sessions of the hot request file (gen)")
 	fs.IntVar(&p.workers, "workers", 2, "lua.workers (serve)")
 	fs.StringVar(&p.listen, "listen", "127.0.0.1:0", "http.address (serve)")
+	fs.StringVar(&p.natsURL, "nats", "", "NATS server to publish and follow the settings in; empty: one embedded in this process (serve)")
 	fs.BoolVar(&p.micro, "micro", false, "measure the layers of one simulate in process before serving (serve)")
 	fs.StringVar(&p.profile, "micro-profile", "", "with -micro: write the CPU profile of the measurements to this file and the allocations to FILE.allocs")
 	_ = fs.Parse(os.Args[2:])
@@ -135,6 +146,8 @@ func main() {
 		err = gen(p, log)
 	case "serve":
 		err = serve(p, log)
+	case "nats":
+		err = runNATS(p)
 	default:
 		err = fmt.Errorf("unknown mode %q", os.Args[1])
 	}
@@ -426,17 +439,19 @@ func serve(p params, log *slog.Logger) error {
 	log.Info("sessions indexed", "sessions", ix.Len(), "took", time.Since(t0).Round(time.Millisecond))
 	forcedGC(log, "sessions")
 
-	// Settings: the real read model following the bucket of an embedded
-	// NATS server (as under `svc-pf all`).
+	// Settings: the real read model following the bucket of the NATS
+	// server at -nats, or of one embedded here (as under `svc-pf all`).
 	t0 = time.Now()
-	storeDir := filepath.Join(p.work, "nats")
-	_ = os.RemoveAll(storeDir)
-	srv, err := natsbus.StartEmbedded(natsbus.EmbeddedConfig{StoreDir: storeDir, ServerName: "bench"})
-	if err != nil {
-		return err
+	natsURL := p.natsURL
+	if natsURL == "" {
+		srv, err := startNATS(p.work)
+		if err != nil {
+			return err
+		}
+		defer srv.Shutdown()
+		natsURL = srv.ClientURL()
 	}
-	defer srv.Shutdown()
-	nc, err := natsbus.Connect(srv.ClientURL(), "simulator bench", log, false)
+	nc, err := natsbus.Connect(natsURL, "simulator bench", log, false)
 	if err != nil {
 		return err
 	}
@@ -479,7 +494,11 @@ func serve(p params, log *slog.Logger) error {
 		return err
 	}
 	log.Info("settings loaded", "documents", sm.Snapshot().Len(), "published", ndocs, "took", time.Since(t0).Round(time.Millisecond))
-	forcedGC(log, "sessions, settings (and the embedded NATS server)")
+	loaded := "sessions, settings"
+	if p.natsURL == "" {
+		loaded += " (and the embedded NATS server)"
+	}
+	forcedGC(log, loaded)
 
 	// Feeds: a real client of the directory gen built.
 	t0 = time.Now()
@@ -561,6 +580,28 @@ func serve(p params, log *slog.Logger) error {
 // work of the heap so far spread over GOMAXPROCS, so the differences
 // between the steps of serve say what each read model costs every GC
 // cycle under load.
+// startNATS starts a NATS server with JetStream over a fresh store in
+// work/nats.
+func startNATS(work string) (*natsbus.Embedded, error) {
+	storeDir := filepath.Join(work, "nats")
+	_ = os.RemoveAll(storeDir)
+	return natsbus.StartEmbedded(natsbus.EmbeddedConfig{StoreDir: storeDir, ServerName: "bench"})
+}
+
+// runNATS is the nats mode: the server alone, until a signal.
+func runNATS(p params) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	srv, err := startNATS(p.work)
+	if err != nil {
+		return err
+	}
+	defer srv.Shutdown()
+	fmt.Printf("NATS %s\n", srv.ClientURL())
+	<-ctx.Done()
+	return nil
+}
+
 func forcedGC(log *slog.Logger, loaded string) {
 	runtime.GC() // the garbage of loading, so that the timed cycle marks only what stays
 	s := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}, {Name: "/gc/heap/live:bytes"}, {Name: "/gc/scan/heap:bytes"}}
