@@ -42,6 +42,12 @@ type converter struct {
 	path     []any       // the tables and wrapped objects being converted, outermost first: a cycle check
 	values   int
 	ctx      context.Context
+	// arg is the table the current call's argument became and argMap the
+	// map it was made from (flat: strings, numbers and booleans only), so
+	// that a built-in handed that table back unchanged gets the map itself
+	// instead of a copy (argBack); nil when the argument is something else.
+	arg    *lua.LTable
+	argMap map[string]any
 }
 
 // ctxCheckEvery is how many values toGo converts between looks at its
@@ -354,4 +360,95 @@ func numberArray[E int | int64 | float64](c *converter, L *lua.LState, xs []E) *
 		t.RawSetInt(i+1, lua.LNumber(e))
 	}
 	return t
+}
+
+// setArg converts a call's argument as toLua does, remembering a flat
+// map's table for argBack.
+func (c *converter) setArg(L *lua.LState, v any) (lua.LValue, error) {
+	c.arg, c.argMap = nil, nil
+	lv, err := c.toLua(L, v)
+	if err != nil {
+		return nil, err
+	}
+	if m, ok := v.(map[string]any); ok && flat(m) {
+		c.arg, c.argMap = lv.(*lua.LTable), m
+	}
+	return lv, nil
+}
+
+// clearArg forgets the call's argument (not kept alive by an idle worker).
+func (c *converter) clearArg() { c.arg, c.argMap = nil, nil }
+
+// flat reports whether every value of m is a string, a bool or a number
+// of a kind luaValue converts without allocating: the kinds argBack can
+// compare with what the table holds.
+func flat(m map[string]any) bool {
+	for _, v := range m {
+		switch v.(type) {
+		case nil, string, bool, int, int64, float64:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// argBack is toGo of a built-in's argument, except that the call's own
+// argument table, handed back with exactly the fields it was made with
+// (none changed, added or removed, no metatable set), is the map Call was
+// given rather than a copy: the request table of every simulate makes
+// this round trip, and the copy was a map and a boxed value per field.
+func (c *converter) argBack(ctx context.Context, lv lua.LValue) (any, error) {
+	if t, ok := lv.(*lua.LTable); ok && t == c.arg && c.unchanged(t) {
+		return c.argMap, nil
+	}
+	return c.toGo(ctx, lv)
+}
+
+// unchanged reports whether t holds exactly the non-nil fields of
+// c.argMap, with equal values (numbers as toLua made them).
+func (c *converter) unchanged(t *lua.LTable) bool {
+	if t.Metatable != lua.LNil {
+		return false
+	}
+	n := 0
+	for k, v := t.Next(lua.LNil); k != lua.LNil; k, v = t.Next(k) {
+		ks, ok := k.(lua.LString)
+		if !ok {
+			return false
+		}
+		gv, ok := c.argMap[string(ks)]
+		if !ok || !sameScalar(v, gv) {
+			return false
+		}
+		n++
+	}
+	for _, v := range c.argMap {
+		if v == nil {
+			n++ // left out of the table: toLua drops nil fields
+		}
+	}
+	return n == len(c.argMap)
+}
+
+// sameScalar reports whether lv is what luaValue makes of v.
+func sameScalar(lv lua.LValue, v any) bool {
+	switch x := v.(type) {
+	case string:
+		s, ok := lv.(lua.LString)
+		return ok && string(s) == x
+	case bool:
+		b, ok := lv.(lua.LBool)
+		return ok && bool(b) == x
+	case int:
+		n, ok := lv.(lua.LNumber)
+		return ok && n == lua.LNumber(x)
+	case int64:
+		n, ok := lv.(lua.LNumber)
+		return ok && n == lua.LNumber(x)
+	case float64:
+		n, ok := lv.(lua.LNumber)
+		return ok && n == lua.LNumber(x)
+	}
+	return false
 }

@@ -44,6 +44,12 @@ func FuzzCall(f *testing.F) {
 		"function f() local r = require('svcpf').obj(); table.insert(r.list, r.n); return {r.n, r.list, next(r)} end",
 		"function f() local r = require('svcpf').obj(); return next(r, 'zz') end",
 		"function f() local r = require('svcpf').obj(); r.n.q = 1; return r end",
+		// the argument table handed back (argBack) and Objects that are not maps
+		"function f(req) return require('svcpf').echo(req) end",
+		"function f(req) req.n = req.n + 1; return {require('svcpf').echo(req), req} end",
+		"function f(req) setmetatable(req, {__jsontype = 'array'}); return require('svcpf').echo(req) end",
+		"function f() return require('svcpf').objx() end",
+		"function f() local o = require('svcpf').objx(); o.z = o.nested; o.nested.x[3] = o; return {o, o.nested} end",
 	} {
 		f.Add(src)
 	}
@@ -55,12 +61,15 @@ func FuzzCall(f *testing.F) {
 			return args[0], nil
 		},
 		"fail": func(context.Context, []any) (any, error) { return nil, errors.New("failed") },
+		"objx": func(context.Context, []any) (any, error) { return &testObject{}, nil },
 		"obj": func(context.Context, []any) (any, error) {
 			return map[string]any{"x": "y", "n": map[string]any{"a": int64(1), "b": nil},
 				"list": []any{"a", map[string]any{"c": true}}}, nil
 		},
 	}
 	req := map[string]any{"domain": "example.com", "n": 1, "tags": []any{"a", "b"}, "verbose": true}
+	// flat: a built-in handed its table back unchanged gets this very map
+	flat := map[string]any{"domain": "example.com", "n": int64(1), "verbose": true, "x": 0.5}
 	f.Fuzz(func(t *testing.T, src string) {
 		p, err := New(Config{
 			Workers:     1,
@@ -72,16 +81,18 @@ func FuzzCall(f *testing.F) {
 			return
 		}
 		defer p.Close()
-		v, err := p.Call(context.Background(), "f", req)
-		if err != nil {
-			var se *ScriptError
-			if !errors.As(err, &se) {
-				t.Fatalf("error %v (%T) is not a *ScriptError", err, err)
+		for _, arg := range []map[string]any{req, flat} {
+			v, err := p.Call(context.Background(), "f", arg)
+			if err != nil {
+				var se *ScriptError
+				if !errors.As(err, &se) {
+					t.Fatalf("error %v (%T) is not a *ScriptError", err, err)
+				}
+				continue
 			}
-			return
-		}
-		if err := checkConverted(v, 0); err != nil {
-			t.Fatal(err)
+			if err := checkConverted(v, 0); err != nil {
+				t.Fatal(err)
+			}
 		}
 	})
 }
@@ -107,6 +118,8 @@ func checkConverted(v any, depth int) error {
 				return err
 			}
 		}
+		return nil
+	case *testObject: // a built-in's Object the script left unchanged
 		return nil
 	}
 	return errors.New("unexpected type in a result")

@@ -53,7 +53,11 @@ type Module map[string]Func
 
 // Func is a Go built-in callable from Lua. Its arguments are converted from
 // Lua as Call converts results (nil, bool, string, int64, float64, []any,
-// map[string]any); the args slice is the callee's. Its result is converted
+// map[string]any); the args slice is the callee's. One exception: when
+// Call's argument is a flat map[string]any (strings, booleans, numbers)
+// and the script hands its table to a built-in with no field changed,
+// added or removed, the built-in receives Call's very map (its numbers as
+// the caller put them, not int64), which it must not write. Its result is converted
 // to Lua as Call converts arguments, except that a map[string]any enters Lua
 // unconverted, as an object read field by field (wrap.go), and comes back
 // from Call as the same map if the script did not change it: a built-in
@@ -262,18 +266,24 @@ func (p *Pool) Call(ctx context.Context, fn string, arg any) (any, error) {
 // run hands the call to w and waits for its answer; it returns w to the idle
 // set unless w had to be abandoned.
 func (p *Pool) run(ctx context.Context, w *worker, fn string, arg any) (any, error) {
-	callCtx, cancel := context.WithTimeout(ctx, p.timeout)
-	defer cancel()
+	callCtx := w.ctx
+	callCtx.start(ctx, time.Now().Add(p.timeout))
 	select {
 	case w.req <- request{ctx: callCtx, fn: fn, arg: arg}:
 	case <-p.closed:
 		return nil, ErrClosed
 	}
+	w.timer.Reset(p.timeout)
 	select {
 	case r := <-w.resp:
+		w.timer.Stop()
 		p.idle <- w
 		return r.val, r.err
-	case <-callCtx.Done():
+	case <-ctx.Done():
+		w.timer.Stop()
+		callCtx.stop(ctx.Err())
+	case <-w.timer.C:
+		callCtx.stop(context.DeadlineExceeded)
 	}
 	// The VM checks callCtx before each instruction, so the answer is
 	// normally already on its way.

@@ -59,6 +59,10 @@ type worker struct {
 	req  chan request
 	resp chan response // buffered: an abandoned worker's late answer does not block it
 	quit chan struct{} // closed when the worker is abandoned
+	// ctx and timer are the calls' context and time bound, reused from
+	// call to call by Pool.run (callctx.go).
+	ctx   *callContext
+	timer *time.Timer
 }
 
 // newWorker creates a sandboxed state and runs the entry file's top level in
@@ -79,7 +83,10 @@ func (p *Pool) newWorker() (*worker, error) {
 		req:     make(chan request),
 		resp:    make(chan response, 1),
 		quit:    make(chan struct{}),
+		ctx:     newCallContext(),
+		timer:   time.NewTimer(time.Hour),
 	}
+	w.timer.Stop()
 	if err := w.openSandbox(p.modules); err != nil {
 		L.Close()
 		return nil, fmt.Errorf("luapool: opening the sandbox: %w", err)
@@ -190,6 +197,7 @@ func (w *worker) call(ctx context.Context, fn string, arg any) (any, error) {
 		// done request context is not kept alive by an idle worker.
 		L.SetTop(0)
 		L.RemoveContext()
+		w.conv.clearArg()
 	}()
 	f, ok := L.G.Global.RawGetString(fn).(*lua.LFunction)
 	if !ok {
@@ -198,7 +206,7 @@ func (w *worker) call(ctx context.Context, fn string, arg any) (any, error) {
 	L.Push(f)
 	nargs := 0
 	if arg != nil {
-		lv, err := w.conv.toLua(L, arg)
+		lv, err := w.conv.setArg(L, arg)
 		if err != nil {
 			return nil, fmt.Errorf("luapool: %s: argument: %w", fn, err)
 		}
@@ -247,7 +255,7 @@ func (w *worker) builtin(name string, f Func) lua.LGFunction {
 		top := L.GetTop()
 		args := make([]any, top)
 		for i := 1; i <= top; i++ {
-			v, err := w.conv.toGo(L.Context(), L.Get(i))
+			v, err := w.conv.argBack(L.Context(), L.Get(i))
 			if err != nil {
 				L.RaiseError("%s: argument %d: %v", name, i, err)
 			}

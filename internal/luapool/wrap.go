@@ -35,8 +35,37 @@ const wrapTypeName = "svcpf object"
 // values, so that reading r.identity twice gives the same object and a
 // change made through it is kept; lua.LNil there is a deleted field.
 type wrapped struct {
-	m      map[string]any
+	m      Object
 	fields map[string]lua.LValue
+}
+
+// Object is a Go object a built-in may return in place of a
+// map[string]any, for a result it would rather not build as a map (the
+// simulator's simulate body renders its fields only when they are read or
+// written out). It enters Lua as a map does, read field by field, and
+// comes back from Call as itself when the script changed nothing; when the
+// script changed a field, as a map[string]any of its fields with the
+// change. Field values are what a map's would be (a json.RawMessage
+// included); they are read once per script read and never written.
+type Object interface {
+	// Field returns the value of key, and false when the object has no
+	// such field.
+	Field(key string) (any, bool)
+	// Keys returns the object's fields, in any order.
+	Keys() []string
+}
+
+// mapObject is a map[string]any as an Object.
+type mapObject map[string]any
+
+func (m mapObject) Field(key string) (any, bool) { v, ok := m[key]; return v, ok }
+
+func (m mapObject) Keys() []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	return ks
 }
 
 // wrapResult is toLua for a built-in's result: objects are wrapped, arrays
@@ -52,6 +81,11 @@ func (c *converter) wrapValue(L *lua.LState, v any, depth int) (lua.LValue, erro
 		if x == nil {
 			x = map[string]any{} // read back as {}, as a table made from it was
 		}
+		ud := L.NewUserData()
+		ud.Value = &wrapped{m: mapObject(x)}
+		ud.Metatable = c.objectMT
+		return ud, nil
+	case Object:
 		ud := L.NewUserData()
 		ud.Value = &wrapped{m: x}
 		ud.Metatable = c.objectMT
@@ -108,12 +142,12 @@ func (c *converter) get(L *lua.LState, w *wrapped, key string) lua.LValue {
 	if lv, ok := w.fields[key]; ok {
 		return lv
 	}
-	v, ok := w.m[key]
+	v, ok := w.m.Field(key)
 	if !ok || v == nil {
 		return lua.LNil
 	}
 	switch v.(type) {
-	case map[string]any, []any, []string, []map[string]any, []int, []int64, []float64, map[string]string, json.RawMessage:
+	case map[string]any, []any, []string, []map[string]any, []int, []int64, []float64, map[string]string, json.RawMessage, Object:
 		// Made once and kept: the same table or object on every read,
 		// and whatever the script changes in it is part of the result.
 		lv, err := c.wrapValue(L, v, 1)
@@ -174,10 +208,13 @@ func objToString(L *lua.LState) int {
 // them in that order (a table's order is unspecified; a fixed one makes
 // scripts reproducible).
 func (w *wrapped) keys() []string {
-	ks := make([]string, 0, len(w.m)+len(w.fields))
-	for k, v := range w.m {
-		if _, changed := w.fields[k]; !changed && v != nil {
-			ks = append(ks, k)
+	own := w.m.Keys()
+	ks := make([]string, 0, len(own)+len(w.fields))
+	for _, k := range own {
+		if _, changed := w.fields[k]; !changed {
+			if v, _ := w.m.Field(k); v != nil {
+				ks = append(ks, k)
+			}
 		}
 	}
 	for k, lv := range w.fields {
@@ -251,6 +288,9 @@ func (c *converter) installIteration(L *lua.LState) {
 // (the original is shared and never written).
 func (c *converter) goWrapped(w *wrapped) (any, error) {
 	if len(w.fields) == 0 {
+		if m, ok := w.m.(mapObject); ok {
+			return map[string]any(m), nil
+		}
 		return w.m, nil
 	}
 	if len(c.path) >= maxDepth {
@@ -263,9 +303,15 @@ func (c *converter) goWrapped(w *wrapped) (any, error) {
 	}
 	c.path = append(c.path, w)
 	defer func() { c.path = c.path[:len(c.path)-1] }()
-	out := maps.Clone(w.m)
-	if out == nil {
-		out = make(map[string]any, len(w.fields))
+	var out map[string]any
+	if m, ok := w.m.(mapObject); ok {
+		out = maps.Clone(map[string]any(m))
+	} else {
+		ks := w.m.Keys()
+		out = make(map[string]any, len(ks)+len(w.fields))
+		for _, k := range ks {
+			out[k], _ = w.m.Field(k)
+		}
 	}
 	for k, lv := range w.fields {
 		if lv == lua.LNil {

@@ -212,3 +212,92 @@ function change() local r = m.body(); r.doc.filtering = false; table.insert(r.do
 		t.Errorf("the shared JSON was written: %s", raw)
 	}
 }
+
+// testObject is an Object that is not a map: its fields are made when read.
+type testObject struct{ reads int }
+
+func (o *testObject) Field(key string) (any, bool) {
+	o.reads++
+	switch key {
+	case "domain":
+		return "example.com", true
+	case "nested":
+		return json.RawMessage(`{"x":["a","b"],"n":2}`), true
+	}
+	return nil, false
+}
+
+func (o *testObject) Keys() []string { return []string{"domain", "nested"} }
+
+// TestObjectResult: an Object result enters Lua as a map would, comes back
+// as itself when the script changes nothing (not one field read), and as a
+// map of its fields with the script's changes otherwise.
+func TestObjectResult(t *testing.T) {
+	var made *testObject
+	p := newTestPool(t, Config{Modules: map[string]Module{"svcpf": {
+		"obj": func(context.Context, []any) (any, error) { made = &testObject{}; return made, nil },
+	}}}, `local m = require("svcpf")
+function same() return m.obj() end
+function read()
+  local o = m.obj()
+  local keys = {}
+  for k in pairs(o) do keys[#keys + 1] = k end
+  return {domain = o.domain, x2 = o.nested.x[2], n = #o.nested.x, keys = table.concat(keys, ","), missing = o.nope == nil}
+end
+function change() local o = m.obj(); o.vhost = "edge"; o.nested.n = 3; o.domain = nil; return o end`)
+	ctx := context.Background()
+	v, err := p.Call(ctx, "same", nil)
+	if err != nil || v != any(made) || made.reads != 0 {
+		t.Fatalf("same: %#v, %v (%d reads), want the built-in's own object, unread", v, err, made.reads)
+	}
+	v, err = p.Call(ctx, "read", nil)
+	want := map[string]any{"domain": "example.com", "x2": "b", "n": int64(2), "keys": "domain,nested", "missing": true}
+	if err != nil || !reflect.DeepEqual(v, want) {
+		t.Fatalf("read: %#v, %v; want %#v", v, err, want)
+	}
+	v, err = p.Call(ctx, "change", nil)
+	want = map[string]any{"vhost": "edge", "nested": map[string]any{"x": []any{"a", "b"}, "n": int64(3)}}
+	if err != nil || !reflect.DeepEqual(v, want) {
+		t.Fatalf("change: %#v, %v; want %#v", v, err, want)
+	}
+}
+
+// TestArgumentTableBack: a built-in handed the call's argument table back
+// unchanged gets Call's very map; a changed table (a field set, added or
+// removed, a metatable) is converted as before.
+func TestArgumentTableBack(t *testing.T) {
+	var got map[string]any
+	p := newTestPool(t, Config{Modules: map[string]Module{"svcpf": {
+		"take": func(_ context.Context, args []any) (any, error) { got, _ = args[0].(map[string]any); return nil, nil },
+	}}}, `local m = require("svcpf")
+function same(req) m.take(req); return true end
+function set(req) req.domain = "b.example"; m.take(req); return true end
+function add(req) req.extra = 1; m.take(req); return true end
+function del(req) req.n = nil; m.take(req); return true end
+function meta(req) setmetatable(req, {}); m.take(req); return true end
+function restored(req) req.n = 9; req.n = 2; m.take(req); return true end`)
+	ctx := context.Background()
+	same := func(a, b map[string]any) bool {
+		return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+	}
+	for _, c := range []struct {
+		fn     string
+		same   bool
+		domain any
+	}{{"same", true, "a.example"}, {"set", false, "b.example"}, {"add", false, "a.example"},
+		{"del", false, "a.example"}, {"meta", false, "a.example"}, {"restored", true, "a.example"}} {
+		arg := map[string]any{"domain": "a.example", "n": 2, "ok": true, "f": 1.5, "gone": nil}
+		got = nil
+		if _, err := p.Call(ctx, c.fn, arg); err != nil {
+			t.Fatalf("%s: %v", c.fn, err)
+		}
+		if got == nil || same(got, arg) != c.same || got["domain"] != c.domain {
+			t.Errorf("%s: %#v (the caller's map: %v), want the caller's map %v and domain %v", c.fn, got, same(got, arg), c.same, c.domain)
+		}
+	}
+	// Not flat: converted, never the caller's map.
+	arg := map[string]any{"domain": "a.example", "nested": map[string]any{"x": "y"}}
+	if _, err := p.Call(ctx, "same", arg); err != nil || got == nil || same(got, arg) {
+		t.Errorf("a nested argument came back as the caller's map")
+	}
+}

@@ -27,7 +27,7 @@ var operatorFields = [...]struct {
 func operatorMask(e *settings.Effective) uint8 {
 	var m uint8
 	for _, f := range operatorFields {
-		if o := e.Origin[f.field]; o == settings.LayerGlobal || o == settings.LayerDefault || o == "" {
+		if o := e.OriginOf(f.field); o == settings.LayerGlobal || o == settings.LayerDefault || o == "" {
 			m |= f.bit
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"net/netip"
+	"slices"
 )
 
 // Layer names, least specific first (DESIGN.md §6.1). A layer of a scope is
@@ -31,11 +32,29 @@ type Layer struct {
 type Effective struct {
 	Document
 	// Origin maps each field name to the name of the layer it came from.
+	// It is nil in an Effective of MergeCompact: OriginOf answers for
+	// either.
 	Origin map[string]string
 	// Fingerprint is 16 hex digits of a SHA-256 over the canonical JSON of
 	// the policy (without profile, which only selects a layer): the
 	// resolver's packet cache keys on it, never on the subscriber.
 	Fingerprint string
+	// origins is Origin by the index of the field in fieldNames ("" for a
+	// profile no layer sets), filled by Merge and MergeCompact alike.
+	origins [len(fieldNames)]string
+}
+
+// OriginOf returns the name of the layer field came from: Origin[field]
+// when Origin is set, else the same from the Effective's own record (""
+// for an unknown field, and for profile when no layer sets it).
+func (e *Effective) OriginOf(field string) string {
+	if e.Origin != nil {
+		return e.Origin[field]
+	}
+	if i := slices.Index(fieldNames[:], field); i >= 0 {
+		return e.origins[i]
+	}
+	return ""
 }
 
 // Defaults is what applies where no layer sets a field: filtering on,
@@ -70,49 +89,79 @@ func Defaults() *Document {
 // that sets it wins, whole. Fields no layer sets take Defaults. Documents
 // are shared, not copied: they are immutable once parsed.
 func Merge(layers ...Layer) *Effective {
-	e := &Effective{Document: *Defaults(), Origin: make(map[string]string, len(fieldNames))}
-	for _, name := range fieldNames {
-		e.Origin[name] = LayerDefault
+	e := MergeCompact(layers...)
+	e.Origin = make(map[string]string, len(fieldNames))
+	for i, name := range fieldNames {
+		if i != fProfile || e.Profile != nil { // profile only when a layer sets it
+			e.Origin[name] = e.origins[i]
+		}
 	}
-	delete(e.Origin, "profile")
+	return e
+}
+
+// The indexes of the fields in fieldNames (and Effective.origins).
+const (
+	fFiltering = iota
+	fBlockedCategories
+	fAllowlist
+	fBlocklist
+	fBlockedNetworks
+	fSafeSearch
+	fPaused
+	fAction
+	fSchedules
+	fProfile
+)
+
+// MergeCompact is Merge without the Origin map: its Effective answers
+// OriginOf from a record held inline. The map of nine fields is several
+// objects and eighteen string pointers, which every GC cycle marks for
+// each of the tens of thousands of policies a policy cache holds (about
+// half of what such a cache costs a cycle); a cache keeps MergeCompact's.
+func MergeCompact(layers ...Layer) *Effective {
+	e := &Effective{Document: *Defaults()}
+	for i := range fieldNames {
+		e.origins[i] = LayerDefault
+	}
+	e.origins[fProfile] = ""
 	for _, l := range layers {
 		if l.Doc == nil {
 			continue
 		}
 		d := l.Doc
-		set := func(field string, ok bool) {
+		set := func(field int, ok bool) {
 			if ok {
-				e.Origin[field] = l.Name
+				e.origins[field] = l.Name
 			}
 		}
-		if set("filtering", d.Filtering != nil); d.Filtering != nil {
+		if set(fFiltering, d.Filtering != nil); d.Filtering != nil {
 			e.Filtering = d.Filtering
 		}
-		if set("blocked_categories", d.BlockedCategories != nil); d.BlockedCategories != nil {
+		if set(fBlockedCategories, d.BlockedCategories != nil); d.BlockedCategories != nil {
 			e.BlockedCategories = d.BlockedCategories
 		}
-		if set("allowlist", d.Allowlist != nil); d.Allowlist != nil {
+		if set(fAllowlist, d.Allowlist != nil); d.Allowlist != nil {
 			e.Allowlist = d.Allowlist
 		}
-		if set("blocklist", d.Blocklist != nil); d.Blocklist != nil {
+		if set(fBlocklist, d.Blocklist != nil); d.Blocklist != nil {
 			e.Blocklist = d.Blocklist
 		}
-		if set("blocked_networks", d.BlockedNetworks != nil); d.BlockedNetworks != nil {
+		if set(fBlockedNetworks, d.BlockedNetworks != nil); d.BlockedNetworks != nil {
 			e.BlockedNetworks = d.BlockedNetworks
 		}
-		if set("safe_search", d.SafeSearch != nil); d.SafeSearch != nil {
+		if set(fSafeSearch, d.SafeSearch != nil); d.SafeSearch != nil {
 			e.SafeSearch = d.SafeSearch
 		}
-		if set("paused", d.Paused != nil); d.Paused != nil {
+		if set(fPaused, d.Paused != nil); d.Paused != nil {
 			e.Paused = d.Paused
 		}
-		if set("action", d.Action != nil); d.Action != nil {
+		if set(fAction, d.Action != nil); d.Action != nil {
 			e.Action = d.Action
 		}
-		if set("schedules", d.Schedules != nil); d.Schedules != nil {
+		if set(fSchedules, d.Schedules != nil); d.Schedules != nil {
 			e.Schedules = d.Schedules
 		}
-		if set("profile", d.Profile != nil); d.Profile != nil {
+		if set(fProfile, d.Profile != nil); d.Profile != nil {
 			e.Profile = d.Profile
 		}
 	}

@@ -239,3 +239,44 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestMergeCompact: MergeCompact is Merge without the Origin map; OriginOf
+// gives what Origin[field] gives, on either, for every field (and "" for a
+// field that is not one), and the documents and fingerprints are equal.
+func TestMergeCompact(t *testing.T) {
+	doc := func(s string) *Document {
+		d, err := Parse([]byte(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	stacks := [][]Layer{
+		nil,
+		{{LayerGlobal, doc(`{"blocked_categories": [1], "action": {"type": "refused"}}`)}},
+		{{LayerGlobal, doc(`{"blocklist": ["a.example"]}`)}, {"org:acme", doc(`{"blocked_categories": [2, 3], "profile": 1}`)},
+			{"profile:1", doc(`{"safe_search": true, "paused": false}`)}, {"location:hq", nil},
+			{"username:alice", doc(`{"blocked_categories": [], "allowlist": ["ok.example"], "blocked_networks": ["10.0.0.0/8"]}`)},
+			{"deviceid:mac:01", doc(`{"filtering": false, "schedules": [], "profile": 2}`)}},
+	}
+	for i, ls := range stacks {
+		full, compact := Merge(ls...), MergeCompact(ls...)
+		if compact.Origin != nil {
+			t.Errorf("stack %d: MergeCompact made an Origin map", i)
+		}
+		if full.Fingerprint != compact.Fingerprint || full.Document.String() != compact.Document.String() {
+			t.Errorf("stack %d: %s %s, want %s %s", i, compact.Fingerprint, compact.Document.String(), full.Fingerprint, full.Document.String())
+		}
+		for _, f := range append(Fields(), "no_such_field") {
+			if got, want := compact.OriginOf(f), full.Origin[f]; got != want {
+				t.Errorf("stack %d: compact origin of %s = %q, want %q", i, f, got, want)
+			}
+			if got, want := full.OriginOf(f), full.Origin[f]; got != want {
+				t.Errorf("stack %d: origin of %s = %q, want %q", i, f, got, want)
+			}
+		}
+		if _, ok := full.Origin["profile"]; ok != (full.Profile != nil) {
+			t.Errorf("stack %d: profile in Origin %v, with a profile set %v", i, ok, full.Profile != nil)
+		}
+	}
+}

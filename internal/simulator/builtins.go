@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -93,15 +94,15 @@ func (b *builtins) document(e *settings.Effective, oneOff bool) json.RawMessage 
 // module is the svcpf module: each entry function's built-in.
 func (b *builtins) module() luapool.Module {
 	return luapool.Module{
-		CallLookupDomain: func(_ context.Context, args []any) (any, error) {
-			r, err := requestArg(args)
+		CallLookupDomain: func(ctx context.Context, args []any) (any, error) {
+			r, err := requestArg(ctx, args)
 			if err != nil {
 				return nil, err
 			}
 			return b.lookupDomain(r), nil
 		},
-		CallSimulateUser: func(_ context.Context, args []any) (any, error) {
-			r, err := requestArg(args)
+		CallSimulateUser: func(ctx context.Context, args []any) (any, error) {
+			r, err := requestArg(ctx, args)
 			if err != nil {
 				return nil, err
 			}
@@ -113,7 +114,20 @@ func (b *builtins) module() luapool.Module {
 	}
 }
 
-func requestArg(args []any) (*Request, error) {
+// requestKey is the context key of the request Service.Do hands a call.
+type requestKey struct{}
+
+// given is a call's request and the table made of it.
+type given struct {
+	table map[string]any
+	req   *Request
+}
+
+// requestArg is the request a script handed a built-in: the call's own
+// request when it is the call's table, unchanged (luapool then hands back
+// the very map Do made; FromTable of it would give the same request),
+// otherwise the table read back and validated.
+func requestArg(ctx context.Context, args []any) (*Request, error) {
 	if len(args) == 0 {
 		return nil, badf("the request table is missing")
 	}
@@ -121,7 +135,15 @@ func requestArg(args []any) (*Request, error) {
 	if !ok {
 		return nil, badf("the request must be a table of parameters, not %T", args[0])
 	}
+	if g, ok := ctx.Value(requestKey{}).(*given); ok && sameMap(g.table, t) {
+		return g.req, nil
+	}
 	return FromTable(t)
+}
+
+// sameMap reports whether a and b are the same map (not equal contents).
+func sameMap(a, b map[string]any) bool {
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }
 
 // categories renders categories as DESIGN.md §6.4 does.
@@ -143,27 +165,20 @@ func (b *builtins) lookupDomain(r *Request) map[string]any {
 	return map[string]any{"domain": r.Domain, "path": r.Path, "categories": categories(cs)}
 }
 
-// simulateUser is /api/v1/simulate: the engine's explained decision.
-func (b *builtins) simulateUser(r *Request) map[string]any {
+// simulateUser is /api/v1/simulate: the engine's explained decision, as
+// a simulateBody (body.go): its nested parts are rendered when read or
+// written out, not built per answer.
+func (b *builtins) simulateUser(r *Request) *simulateBody {
 	q := policy.Query{
 		Input: policy.Input{Domain: r.Domain, Path: r.Path, AnswerAddr: r.RulesIP, Time: b.clock()},
 		IP:    r.IP, Username: r.Username, DeviceID: r.DeviceID,
 		Profile: r.Profile, HasProfile: r.HasProfile, Settings: r.Settings,
 	}
-	res := b.engine.Evaluate(&q)
-	pt := renderParts(&res)
-	body := map[string]any{
-		"domain": r.Domain, "verdict": string(res.Verdict), "action": string(res.Action),
-		"reason": string(res.Reason), "rule": res.Rule(), "identity": pt.identity,
-		"categories": pt.categories, "settings": b.document(res.Effective, r.Settings != nil || r.HasProfile),
-		"layers": pt.layers, "answer": pt.answer, "trace": pt.trace,
-		"fingerprint": res.Fingerprint,
-	}
-	if r.Path != "" {
-		body["path"] = r.Path
-	}
+	body := &simulateBody{domain: r.Domain, path: r.Path}
+	body.res = b.engine.Evaluate(&q)
+	body.settings = b.document(body.res.Effective, r.Settings != nil || r.HasProfile)
 	if r.Verbose {
-		body["log"] = verboseLog(r, &res)
+		body.log = verboseLog(r, &body.res)
 	}
 	return body
 }
@@ -184,10 +199,11 @@ func verboseLog(r *Request, res *policy.Result) []any {
 		add("%s: %s", st.Step, st.Result)
 	}
 	if res.Effective != nil {
-		fields := make([]string, 0, len(res.Effective.Origin))
-		for _, f := range []string{"filtering", "blocked_categories", "allowlist", "blocklist", "blocked_networks",
-			"safe_search", "paused", "action", "schedules"} {
-			fields = append(fields, f+" from "+res.Effective.Origin[f])
+		names := [...]string{"filtering", "blocked_categories", "allowlist", "blocklist", "blocked_networks",
+			"safe_search", "paused", "action", "schedules"}
+		fields := make([]string, 0, len(names))
+		for _, f := range names {
+			fields = append(fields, f+" from "+res.Effective.OriginOf(f))
 		}
 		add("effective settings: %s", strings.Join(fields, ", "))
 	}

@@ -157,6 +157,8 @@ func (e *bodyEncoder) appendValue(b []byte, v any, o *keyOrder, depth int) ([]by
 		return append(b, ']'), nil
 	case map[string]any:
 		return e.appendObject(b, x, o, depth)
+	case *simulateBody:
+		return x.appendTo(e, b, depth)
 	case json.RawMessage:
 		// Rendered by the built-in (the settings document): compact JSON
 		// already, copied as is.

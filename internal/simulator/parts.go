@@ -28,28 +28,34 @@ type parts struct {
 }
 
 // renderParts renders res's nested values; they share one allocation.
+// The simulate body renders each where it is needed (body.go); this is the
+// reference its tests compare with the maps the parts replaced.
 func renderParts(res *policy.Result) parts {
 	b := make([]byte, 0, 1024)
-	var p parts
-	cut := func(start int) json.RawMessage { return json.RawMessage(b[start:len(b):len(b)]) }
-
-	start := len(b)
+	var ends [5]int
 	b = appendIdentity(b, &res.Subject)
-	p.identity = cut(start)
-
-	start = len(b)
+	ends[0] = len(b)
 	b = appendCategories(b, res.Categories)
-	p.categories = cut(start)
-
-	start = len(b)
+	ends[1] = len(b)
 	b = appendStrings(b, res.Layers)
-	p.layers = cut(start)
-
-	start = len(b)
+	ends[2] = len(b)
 	b = appendAnswer(b, res)
-	p.answer = cut(start)
+	ends[3] = len(b)
+	b = appendTrace(b, res)
+	ends[4] = len(b)
+	cut := func(i int) json.RawMessage {
+		start := 0
+		if i > 0 {
+			start = ends[i-1]
+		}
+		return json.RawMessage(b[start:ends[i]:ends[i]])
+	}
+	return parts{identity: cut(0), categories: cut(1), layers: cut(2), answer: cut(3), trace: cut(4)}
+}
 
-	start = len(b)
+// appendTrace renders the trace: Evaluate's identity and settings steps,
+// then the decision's.
+func appendTrace(b []byte, res *policy.Result) []byte {
 	b = append(b, '[')
 	n := 0
 	for _, list := range [2][]policy.TraceEntry{res.Steps, res.Trace} {
@@ -65,11 +71,7 @@ func renderParts(res *policy.Result) parts {
 			b = append(b, '}')
 		}
 	}
-	b = append(b, ']')
-	// The last part is cut after every append: an append that grew b
-	// leaves the earlier parts in the old array, which stays valid.
-	p.trace = cut(start)
-	return p
+	return append(b, ']')
 }
 
 // appendIdentity renders the identity object: identityFields in order,

@@ -2,6 +2,7 @@ package simulator
 
 import (
 	"bytes"
+	"encoding/json"
 	"net/netip"
 	"testing"
 
@@ -100,6 +101,59 @@ func TestRenderPartsMatchesMaps(t *testing.T) {
 		if !bytes.Equal(got, want) {
 			t.Errorf("case %d (%s):\n got %s\nwant %s", i, res.Action, got, want)
 		}
+		checkBody(t, res, "a.example", []string{"", "/p"}[i%2], []any{nil, []any{"line 1", "<2>"}}[i%2])
+	}
+}
+
+// checkBody: a simulateBody writes the bytes of the map body it replaced
+// (the parts rendered, the other fields as simulateUser set them), as
+// does the map of its Keys and Fields (what a script that changes a field
+// hands back) and encoding/json as httpapi.WriteJSON runs it (MarshalJSON).
+func checkBody(t *testing.T, res *policy.Result, domain, path string, log any) {
+	t.Helper()
+	settings := json.RawMessage(`{"filtering":true,"blocklist":["x<y>"]}`)
+	p := renderParts(res)
+	old := map[string]any{
+		"domain": domain, "verdict": string(res.Verdict), "action": string(res.Action),
+		"reason": string(res.Reason), "rule": res.Rule(), "identity": p.identity,
+		"categories": p.categories, "settings": settings,
+		"layers": p.layers, "answer": p.answer, "trace": p.trace,
+		"fingerprint": res.Fingerprint,
+	}
+	if path != "" {
+		old["path"] = path
+	}
+	body := &simulateBody{domain: domain, path: path, res: *res, settings: settings}
+	if log != nil {
+		old["log"] = log
+		body.log = log.([]any)
+	}
+	want, err := AppendBody(nil, CallSimulateUser, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := AppendBody(nil, CallSimulateUser, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("body:\n got %s\nwant %s", got, want)
+	}
+	fields := map[string]any{}
+	for _, k := range body.Keys() {
+		fields[k], _ = body.Field(k)
+	}
+	if got, err = AppendBody(nil, CallSimulateUser, fields); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("body's fields (%v):\n got %s\nwant %s", err, got, want)
+	}
+	var buf bytes.Buffer // as httpapi.WriteJSON encodes: no HTML escaping
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err = enc.Encode(body); err != nil || !bytes.Equal(bytes.TrimSuffix(buf.Bytes(), []byte("\n")), want) {
+		t.Fatalf("encoding/json (%v):\n got %s\nwant %s", err, buf.Bytes(), want)
+	}
+	if _, ok := body.Field("no_such_key"); ok {
+		t.Fatal("a field the body does not have")
 	}
 }
 
@@ -134,5 +188,6 @@ func FuzzRenderParts(f *testing.F) {
 		if !bytes.Equal(got, want) {
 			t.Fatalf("got %s\nwant %s", got, want)
 		}
+		checkBody(t, &res, name, path, []any{rule, result})
 	})
 }

@@ -120,11 +120,18 @@ func New(cfg Config) (*Service, error) {
 func (s *Service) Close() { s.pool.Close() }
 
 // Do runs one entry function with a request table (nil for the calls
-// without one) and returns its result.
+// without one) and returns its result: nil, bool, string, numbers, []any,
+// map[string]any, or — simulate_user's body returned untouched by the
+// script — the built-in's body object, which AppendBody writes and
+// encoding/json marshals as the same JSON.
 func (s *Service) Do(ctx context.Context, call string, req *Request) (any, error) {
 	var arg any
 	if req != nil {
-		arg = req.Table()
+		t := req.Table()
+		arg = t
+		// A built-in handed this table back unchanged (luapool gives it
+		// the very map) takes req as it is instead of parsing it again.
+		ctx = context.WithValue(ctx, requestKey{}, &given{table: t, req: req})
 	}
 	v, err := s.pool.Call(ctx, call, arg)
 	return withNulls(call, v), err
