@@ -196,16 +196,28 @@ func (r *Resolver) forward(ctx context.Context, req *dns.Msg, q *query) *dns.Msg
 		return errorReply(req, dns.RcodeServerFailure)
 	}
 	_, _ = r.records.Put(key, up, now)
-	m := new(dns.Msg)
-	m.SetReply(req)
-	m.Rcode, m.AuthenticatedData = up.Rcode, up.AuthenticatedData
-	m.Answer, m.Ns = up.Answer, up.Ns
+	// The forwarder's message becomes the reply (Exchange returns a new
+	// one, never shared, and Put copies what it keeps): its header is
+	// rewritten as SetReply would write it, with the forwarder's rcode and
+	// AD bit, rather than a second message built and the sections moved
+	// over (a Msg, its question and extra slices per miss).
+	up.MsgHdr = dns.MsgHdr{Id: req.Id, Response: true, Opcode: req.Opcode,
+		RecursionDesired: req.RecursionDesired, CheckingDisabled: req.CheckingDisabled,
+		Rcode: up.Rcode, AuthenticatedData: up.AuthenticatedData}
+	up.Question = req.Question[:1:1]
+	up.Compress = false
+	extra := up.Extra[:0]
 	for _, rr := range up.Extra { // DNSSEC and glue pass through; the OPT is ours
 		if rr.Header().Rrtype != dns.TypeOPT {
-			m.Extra = append(m.Extra, rr)
+			extra = append(extra, rr)
 		}
 	}
-	return m
+	clear(up.Extra[len(extra):])
+	up.Extra = extra
+	if len(extra) == 0 {
+		up.Extra = nil
+	}
+	return up
 }
 
 // deadlineOnly is a context that is never cancelled (Done is nil, Err is

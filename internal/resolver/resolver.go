@@ -114,8 +114,8 @@ type Resolver struct {
 	shardSeq atomic.Uint32
 	// decisions recycles the slow path's *decideScratch (pipeline.go).
 	decisions sync.Pool
-	// replyBufs recycles the UDP slow path's reply buffers (*[]byte of
-	// ourUDPSize bytes, udp.go).
+	// replyBufs recycles the UDP slow path's reply buffers and senders
+	// (*replyScratch, udp.go).
 	replyBufs sync.Pool
 	gen       uint64 // the last Generation seen; the sweeper's
 	wg        sync.WaitGroup
@@ -168,10 +168,7 @@ func New(cfg Config) (*Resolver, error) {
 	}
 	r := &Resolver{cfg: cfg, engine: cfg.Engine, log: cfg.Logger, now: cfg.Clock}
 	r.decisions.New = newDecideScratch
-	r.replyBufs.New = func() any {
-		b := make([]byte, ourUDPSize)
-		return &b
-	}
+	r.replyBufs.New = newReplyScratch
 	var err error
 	if r.packets, err = cache.NewPacket(cfg.Cache.Packet); err != nil {
 		return nil, err

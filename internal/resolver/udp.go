@@ -265,12 +265,12 @@ func (s *udpSocket) slowPath(r *Resolver, pkt, key []byte, from netip.AddrPort, 
 	// The reply is packed into a pooled buffer: the packet cache copies
 	// it and the kernel has it once written. A UDP reply is cut to at
 	// most ourUDPSize, the buffer's length.
-	bufp := r.replyBufs.Get().(*[]byte)
-	defer r.replyBufs.Put(bufp)
-	wire, err := finish(*bufp, req, reply, false)
+	sc := r.replyBufs.Get().(*replyScratch)
+	defer r.replyBufs.Put(sc)
+	wire, err := finish(sc.buf, req, reply, false)
 	if err != nil {
 		s.shard.Inc(stats.ServerParseErrors)
-		wire, _ = finish(*bufp, req, errorReply(req, dns.RcodeServerFailure), false)
+		wire, _ = finish(sc.buf, req, errorReply(req, dns.RcodeServerFailure), false)
 	}
 	if p.HasSchedules() {
 		clampToMinute(wire, r.now())
@@ -278,8 +278,24 @@ func (s *udpSocket) slowPath(r *Resolver, pkt, key []byte, from netip.AddrPort, 
 	if len(key) > 0 && cacheable(req, reply) {
 		r.storePacket(key, wire)
 	}
-	_, _ = s.conn.WriteToUDPAddrPort(wire, from)
+	_ = sc.out.send(s, wire, from)
 	s.shard.Replied(reply.Rcode, r.now().Sub(start))
+}
+
+// replyScratch is what the UDP slow path writes its reply with, recycled
+// through Resolver.replyBufs: the buffer the reply is packed into, and
+// the sender that writes it (udp_linux.go: a raw sendto, with the
+// destination's sockaddr and the function the socket's RawConn calls made
+// once, not per reply).
+type replyScratch struct {
+	buf []byte // ourUDPSize bytes
+	out replySender
+}
+
+func newReplyScratch() any {
+	sc := &replyScratch{buf: make([]byte, ourUDPSize)}
+	sc.out.init()
+	return sc
 }
 
 // storePacket stores a miss's reply under the key bytes slowPath was

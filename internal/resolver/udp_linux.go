@@ -152,3 +152,83 @@ func sockaddrAddrPort(sa *unix.RawSockaddrInet6, namelen uint32) netip.AddrPort 
 	}
 	return netip.AddrPort{}
 }
+
+// replySender writes one slow-path reply with a raw sendto inside the
+// socket's RawConn.Write, as batchIO does for the reader's replies:
+// net.UDPConn.WriteToUDPAddrPort goes through syscall.Syscall6, whose
+// bookkeeping of a call that might block kept the runtime's sysmon thread
+// waking under a burst of misses. The destination's sockaddr and the
+// function RawConn calls (a method value) are made once per sender; a
+// sender is used by one goroutine at a time (Resolver.replyBufs).
+type replySender struct {
+	fn    func(fd uintptr) bool
+	sa    unix.RawSockaddrInet6 // or a RawSockaddrInet4 in its first bytes
+	salen uint32
+	buf   []byte
+	errno syscall.Errno
+}
+
+func (w *replySender) init() { w.fn = w.sendto }
+
+// send writes wire to to from s's socket. An address that is not an IP
+// one, or an IPv6 zone that is not a number (batchIO writes scope ids as
+// numbers), takes the socket's WriteToUDPAddrPort.
+func (w *replySender) send(s *udpSocket, wire []byte, to netip.AddrPort) error {
+	if !w.setAddr(to) {
+		_, err := s.conn.WriteToUDPAddrPort(wire, to)
+		return err
+	}
+	w.buf = wire
+	err := s.batch.io.rc.Write(w.fn)
+	w.buf = nil
+	if err != nil {
+		return err
+	}
+	if w.errno != 0 {
+		return w.errno
+	}
+	return nil
+}
+
+// setAddr writes to as a sockaddr_in (an IPv4 address: the family the
+// socket's datagram came from, sockaddrAddrPort) or a sockaddr_in6.
+func (w *replySender) setAddr(to netip.AddrPort) bool {
+	a := to.Addr()
+	var port [2]byte
+	binary.BigEndian.PutUint16(port[:], to.Port())
+	switch {
+	case a.Is4():
+		sa4 := (*unix.RawSockaddrInet4)(unsafe.Pointer(&w.sa))
+		*sa4 = unix.RawSockaddrInet4{Family: unix.AF_INET, Addr: a.As4()}
+		*(*[2]byte)(unsafe.Pointer(&sa4.Port)) = port
+		w.salen = unix.SizeofSockaddrInet4
+	case a.Is6():
+		var scope uint64
+		if z := a.Zone(); z != "" {
+			var err error
+			if scope, err = strconv.ParseUint(z, 10, 32); err != nil {
+				return false
+			}
+		}
+		w.sa = unix.RawSockaddrInet6{Family: unix.AF_INET6, Addr: a.As16(), Scope_id: uint32(scope)}
+		*(*[2]byte)(unsafe.Pointer(&w.sa.Port)) = port
+		w.salen = unix.SizeofSockaddrInet6
+	default:
+		return false
+	}
+	return true
+}
+
+func (w *replySender) sendto(fd uintptr) bool {
+	p := unsafe.Pointer(unsafe.SliceData(w.buf))
+	sa := uintptr(unsafe.Pointer(&w.sa))
+	_, _, e := unix.RawSyscall6(unix.SYS_SENDTO, fd, uintptr(p), uintptr(len(w.buf)), 0, sa, uintptr(w.salen))
+	for e == unix.EINTR {
+		_, _, e = unix.RawSyscall6(unix.SYS_SENDTO, fd, uintptr(p), uintptr(len(w.buf)), 0, sa, uintptr(w.salen))
+	}
+	if e == unix.EAGAIN {
+		return false // wait until writable
+	}
+	w.errno = e
+	return true
+}

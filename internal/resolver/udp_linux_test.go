@@ -48,5 +48,39 @@ func FuzzSockaddr(f *testing.F) {
 		if got != want {
 			t.Fatalf("family %d, length %d: %v, want %v", sa.Family, namelen, got, want)
 		}
+		// The slow path's sender writes a decoded source back as the
+		// reply's destination: the same address, port and scope.
+		if got.IsValid() {
+			var w replySender
+			if !w.setAddr(got) {
+				t.Fatalf("setAddr(%v) refused a decoded address", got)
+			}
+			if back := sockaddrAddrPort(&w.sa, w.salen); back != got {
+				t.Fatalf("setAddr(%v) decodes to %v", got, back)
+			}
+		}
 	})
+}
+
+// TestReplySenderAddrs: the slow path's sender encodes what it may meet
+// (IPv4, IPv6, IPv4-mapped, a numeric zone) so that it decodes back the
+// same, and leaves a zone that is not a number to WriteToUDPAddrPort.
+func TestReplySenderAddrs(t *testing.T) {
+	for _, s := range []string{"127.0.0.1:53", "[::1]:5353", "[::ffff:192.0.2.1]:1", "[fe80::1%2]:65535", "192.0.2.255:0"} {
+		ap := netip.MustParseAddrPort(s)
+		var w replySender
+		if !w.setAddr(ap) {
+			t.Fatalf("setAddr(%v) refused", ap)
+		}
+		if back := sockaddrAddrPort(&w.sa, w.salen); back != ap {
+			t.Errorf("setAddr(%v) decodes to %v", ap, back)
+		}
+	}
+	var w replySender
+	if w.setAddr(netip.MustParseAddrPort("[fe80::1%eth0]:53")) {
+		t.Error("setAddr took a zone that is not a number")
+	}
+	if w.setAddr(netip.AddrPort{}) {
+		t.Error("setAddr took the invalid AddrPort")
+	}
 }

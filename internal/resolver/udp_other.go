@@ -4,6 +4,7 @@ package resolver
 
 import (
 	"net"
+	"net/netip"
 )
 
 // batchIO reads and writes one datagram per system call where there is
@@ -31,4 +32,15 @@ func (io *batchIO) write(b *udpBatch, start int) (int, error) {
 		return 0, err
 	}
 	return 1, nil
+}
+
+// replySender writes a slow-path reply with the socket's WriteToUDPAddrPort
+// where udp_linux.go's raw sendto is not built.
+type replySender struct{}
+
+func (w *replySender) init() {}
+
+func (w *replySender) send(s *udpSocket, wire []byte, to netip.AddrPort) error {
+	_, err := s.conn.WriteToUDPAddrPort(wire, to)
+	return err
 }

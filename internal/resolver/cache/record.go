@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"encoding/binary"
 	"hash/maphash"
 	"math/bits"
 	"runtime"
@@ -23,7 +24,8 @@ type RecordKey struct {
 }
 
 // RecordAnswer is a record-cache hit: the upstream's answer and authority
-// sections as they were stored, copied for the caller and with TTLs aged.
+// sections as they were stored, new records for the caller (unpacked from
+// the entry) with TTLs aged.
 type RecordAnswer struct {
 	// Rcode is dns.RcodeSuccess or dns.RcodeNameError.
 	Rcode int
@@ -52,11 +54,21 @@ type Record struct {
 	perShard int
 
 	minTTL, maxTTL, negativeTTL uint32
+
+	// packBufs are Put's packing scratch (*packScratch): the records are
+	// packed there, then copied once, at their length, into the entry.
+	packBufs sync.Pool
 }
 
 type recordShard struct {
 	mu sync.RWMutex
 	m  map[recordKey]*recordEntry
+	// nxNames counts the name-wide NXDOMAIN entries in m (written under
+	// mu, read under its read lock): a Get whose question missed looks
+	// for the name's NXDOMAIN only when the shard holds one. Each lookup
+	// in a large map is a cache miss or two; a stream of new names (the
+	// miss path's load) paid two per query.
+	nxNames int
 
 	hits, misses        atomic.Uint64
 	inserts, evictions  atomic.Uint64
@@ -76,12 +88,22 @@ type recordKey struct {
 const typeNXDomain = 0
 
 // recordEntry is immutable once stored, except lastUsed.
+//
+// The records are kept in wire form (records): the answer section's, then
+// the authority section's, each packed uncompressed with its TTL already
+// clamped, counted by nAnswer and nNs. One pointer-free slice per entry
+// rather than an RR per record with its name, its rdata slices and the
+// slices holding them: a miss used to copy every record into the cache (a
+// few objects each), and a full cache held millions of pointers that every
+// garbage-collection cycle traced. A Get unpacks (it copied every record
+// before, too).
 type recordEntry struct {
 	rcode    int
 	ad       bool
 	negative bool
-	answer   []dns.RR
-	ns       []dns.RR
+	nAnswer  uint16
+	nNs      uint16
+	records  []byte
 	born     time.Time
 	life     time.Duration
 	lastUsed atomic.Int64 // Unix nanoseconds, for sampled LRU
@@ -114,6 +136,7 @@ func NewRecord(cfg RecordConfig) (*Record, error) {
 	for i := range c.shards {
 		c.shards[i].m = make(map[recordKey]*recordEntry)
 	}
+	c.packBufs.New = func() any { return &packScratch{buf: make([]byte, 2048)} }
 	return c, nil
 }
 
@@ -125,14 +148,15 @@ func (c *Record) shard(name string) *recordShard {
 
 // Get returns the cached answer for k: the entry for the question, else an
 // NXDOMAIN entry for the name (which holds for every type). The records are
-// copies with every TTL lowered by the whole seconds since they were stored.
+// new ones, unpacked from the entry, with every TTL lowered by the whole
+// seconds since they were stored.
 func (c *Record) Get(k RecordKey, now time.Time) (RecordAnswer, bool) {
 	name := dns.CanonicalName(k.Name) // allocates only when k.Name is not already canonical
 	sh := c.shard(name)
 	key := recordKey{name, k.Type, k.Class, k.DO}
 	sh.mu.RLock()
 	e := sh.m[key]
-	if e == nil || e.expired(now) {
+	if (e == nil || e.expired(now)) && sh.nxNames > 0 {
 		key.qtype = typeNXDomain
 		e = sh.m[key]
 	}
@@ -141,33 +165,56 @@ func (c *Record) Get(k RecordKey, now time.Time) (RecordAnswer, bool) {
 		sh.misses.Add(1)
 		return RecordAnswer{}, false
 	}
+	age := max(now.Sub(e.born), 0)
+	elapsed := uint32(age / time.Second)
+	answer, ns, ok := e.unpack(elapsed)
+	if !ok {
+		// Put packed these bytes with miekg/dns, which unpacks what it
+		// packs; should a record type not round-trip, the entry is a
+		// miss and the question goes upstream again.
+		sh.misses.Add(1)
+		return RecordAnswer{}, false
+	}
 	sh.hits.Add(1)
 	if last := e.lastUsed.Load(); now.UnixNano()-last > int64(time.Second) {
 		e.lastUsed.Store(now.UnixNano()) // at most once a second: hot entries stay read-shared
 	}
-	age := max(now.Sub(e.born), 0)
-	elapsed := uint32(age / time.Second)
 	return RecordAnswer{
 		Rcode:             e.rcode,
 		AuthenticatedData: e.ad,
 		Negative:          e.negative,
-		Answer:            copyAged(e.answer, elapsed),
-		Ns:                copyAged(e.ns, elapsed),
+		Answer:            answer,
+		Ns:                ns,
 		TTL:               uint32(e.life/time.Second) - elapsed, // ≥ 1: not expired
 	}, true
 }
 
-func copyAged(rrs []dns.RR, elapsed uint32) []dns.RR {
-	if len(rrs) == 0 {
-		return nil
+// unpack returns new records for the entry's answer and authority
+// sections, every TTL lowered by elapsed.
+func (e *recordEntry) unpack(elapsed uint32) (answer, ns []dns.RR, ok bool) {
+	n := int(e.nAnswer) + int(e.nNs)
+	if n == 0 {
+		return nil, nil, true
 	}
-	out := make([]dns.RR, len(rrs))
-	for i, rr := range rrs {
-		out[i] = dns.Copy(rr)
-		h := out[i].Header()
+	all := make([]dns.RR, n)
+	off := 0
+	for i := range all {
+		rr, next, err := dns.UnpackRR(e.records, off)
+		if err != nil || rr == nil {
+			return nil, nil, false
+		}
+		h := rr.Header()
 		h.Ttl -= min(h.Ttl, elapsed)
+		all[i], off = rr, next
 	}
-	return out
+	answer, ns = all[:e.nAnswer:e.nAnswer], all[e.nAnswer:]
+	if len(answer) == 0 {
+		answer = nil
+	}
+	if len(ns) == 0 {
+		ns = nil
+	}
+	return answer, ns, true
 }
 
 // Put stores the upstream response m to the question k and returns the
@@ -200,14 +247,10 @@ func (c *Record) Put(k RecordKey, m *dns.Msg, now time.Time) (uint32, error) {
 	key := recordKey{name, k.Type, k.Class, k.DO}
 	e := &recordEntry{rcode: m.Rcode, ad: m.AuthenticatedData, born: now}
 	var life uint32
+	var lo, hi uint32
 	switch {
 	case m.Rcode == dns.RcodeSuccess && len(m.Answer) > 0:
-		e.answer = clampCopy(m.Answer, c.minTTL, c.maxTTL)
-		e.ns = clampCopy(m.Ns, c.minTTL, c.maxTTL)
-		if len(e.answer) == 0 { // nothing but an OPT where the answers should be
-			return 0, NotCachedMalformed
-		}
-		life = min(minTTL(e.answer), minTTL(e.ns))
+		lo, hi = c.minTTL, c.maxTTL
 	case m.Rcode == dns.RcodeSuccess || m.Rcode == dns.RcodeNameError:
 		soa := firstSOA(m.Ns)
 		if soa == nil {
@@ -215,16 +258,31 @@ func (c *Record) Put(k RecordKey, m *dns.Msg, now time.Time) (uint32, error) {
 		}
 		life = min(ttl2181(soa.Hdr.Ttl), ttl2181(soa.Minttl), minTTL(m.Answer), c.negativeTTL)
 		e.negative = true
-		e.answer = clampCopy(m.Answer, 0, life)
-		e.ns = clampCopy(m.Ns, 0, life)
+		lo, hi = 0, life
 		if m.Rcode == dns.RcodeNameError && len(m.Answer) == 0 {
 			key.qtype = typeNXDomain
 		}
 	default:
 		return 0, NotCachedRcode
 	}
+	sc := c.packBufs.Get().(*packScratch)
+	defer c.packBufs.Put(sc)
+	wire, nAnswer, nNs, least, ok := sc.packClamped(m.Answer, m.Ns, lo, hi)
+	if !ok {
+		return 0, NotCachedMalformed // a record miekg/dns cannot pack
+	}
+	if !e.negative {
+		if nAnswer == 0 { // nothing but an OPT where the answers should be
+			return 0, NotCachedMalformed
+		}
+		life = least
+	}
 	if life == 0 {
 		return 0, NotCachedZeroTTL
+	}
+	e.nAnswer, e.nNs = nAnswer, nNs
+	if len(wire) > 0 {
+		e.records = append(make([]byte, 0, len(wire)), wire...)
 	}
 	e.life = time.Duration(life) * time.Second
 	e.lastUsed.Store(now.UnixNano())
@@ -259,23 +317,82 @@ func ttl2181(t uint32) uint32 {
 	return t
 }
 
-// clampCopy copies rrs (the caller's message stays theirs) with every TTL
-// brought into [lo, hi], leaving out OPT records, which are per-message.
-func clampCopy(rrs []dns.RR, lo, hi uint32) []dns.RR {
-	out := make([]dns.RR, 0, len(rrs))
-	for _, rr := range rrs {
-		if rr.Header().Rrtype == dns.TypeOPT {
-			continue
+// maxPackBuf is the largest packing buffer kept for reuse: a DNS message's
+// records fit in 64 KiB.
+const maxPackBuf = 1 << 16
+
+// packScratch is Put's packing buffer and the message it packs the
+// records through.
+type packScratch struct {
+	buf []byte
+	m   dns.Msg
+}
+
+// packClamped packs the records of answer, then of ns, into sc.buf
+// (grown when too short), uncompressed, and returns the bytes after the
+// message header, every TTL brought into [lo, hi] in the bytes, OPT
+// records left out (they are per message). least is the smallest TTL
+// written (^0 for none); ok is false when miekg/dns cannot pack a record.
+//
+// The records go through a dns.Msg's PackBuffer, not dns.PackRR: PackRR
+// writes each record's Rdlength back into it, and the caller's records
+// must stay untouched (another goroutine may be reading or storing the
+// same message).
+func (sc *packScratch) packClamped(answer, ns []dns.RR, lo, hi uint32) (wire []byte, nAnswer, nNs uint16, least uint32, ok bool) {
+	sc.m = dns.Msg{Answer: withoutOPT(answer), Ns: withoutOPT(ns)}
+	nAnswer, nNs = uint16(len(sc.m.Answer)), uint16(len(sc.m.Ns))
+	out, err := sc.m.PackBuffer(sc.buf)
+	sc.m = dns.Msg{} // the pool keeps no record
+	if err != nil || len(out) < dnsHeaderLen {
+		return nil, 0, 0, 0, false
+	}
+	if len(out) > len(sc.buf) && len(out) <= maxPackBuf {
+		sc.buf = out[:cap(out)] // keep a buffer that had to grow
+	}
+	least = ^uint32(0)
+	off := dnsHeaderLen
+	for range int(nAnswer) + int(nNs) {
+		// Uncompressed: the owner name's labels up to the root, then
+		// type, class, TTL, RDLENGTH and the data.
+		for off < len(out) && out[off] != 0 {
+			if out[off]&0xC0 != 0 {
+				return nil, 0, 0, 0, false
+			}
+			off += int(out[off]) + 1
 		}
-		cp := dns.Copy(rr)
-		h := cp.Header()
-		h.Ttl = min(max(ttl2181(h.Ttl), lo), hi)
-		out = append(out, cp)
+		if off+11 > len(out) {
+			return nil, 0, 0, 0, false
+		}
+		ttl := min(max(ttl2181(binary.BigEndian.Uint32(out[off+5:])), lo), hi)
+		binary.BigEndian.PutUint32(out[off+5:], ttl)
+		least = min(least, ttl)
+		off += 11 + int(binary.BigEndian.Uint16(out[off+9:]))
 	}
-	if len(out) == 0 {
-		return nil
+	if off != len(out) {
+		return nil, 0, 0, 0, false
 	}
-	return out
+	return out[dnsHeaderLen:], nAnswer, nNs, least, true
+}
+
+// dnsHeaderLen is a DNS message header's length (RFC 1035 §4.1.1).
+const dnsHeaderLen = 12
+
+// withoutOPT is rrs without OPT records and nils: rrs itself when it has
+// none (the usual case: the OPT is in the additional section), else a
+// copy of the slice.
+func withoutOPT(rrs []dns.RR) []dns.RR {
+	for i, rr := range rrs {
+		if rr == nil || rr.Header().Rrtype == dns.TypeOPT {
+			out := append(make([]dns.RR, 0, len(rrs)-1), rrs[:i]...)
+			for _, rr := range rrs[i+1:] {
+				if rr != nil && rr.Header().Rrtype != dns.TypeOPT {
+					out = append(out, rr)
+				}
+			}
+			return out
+		}
+	}
+	return rrs
 }
 
 // insert stores e, evicting when the shard is full: among up to eight
@@ -286,7 +403,7 @@ func (c *Record) insert(sh *recordShard, key recordKey, e *recordEntry, now time
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if old, ok := sh.m[key]; ok {
-		sh.count(old, -1)
+		sh.count(key, old, -1)
 	} else if len(sh.m) >= c.perShard {
 		var victim recordKey
 		var oldest int64
@@ -304,17 +421,20 @@ func (c *Record) insert(sh *recordShard, key recordKey, e *recordEntry, now time
 			}
 		}
 		if found {
-			sh.count(sh.m[victim], -1)
+			sh.count(victim, sh.m[victim], -1)
 			delete(sh.m, victim)
 			sh.evictions.Add(1)
 		}
 	}
 	sh.m[key] = e
-	sh.count(e, 1)
+	sh.count(key, e, 1)
 	sh.inserts.Add(1)
 }
 
-func (sh *recordShard) count(e *recordEntry, d int64) {
+func (sh *recordShard) count(k recordKey, e *recordEntry, d int64) {
+	if k.qtype == typeNXDomain {
+		sh.nxNames += int(d)
+	}
 	if e.negative {
 		sh.negEntries.Add(d)
 	} else {
@@ -329,7 +449,7 @@ func (c *Record) removeIf(drop func(recordKey, *recordEntry) bool) int {
 		sh.mu.Lock()
 		for k, e := range sh.m {
 			if drop(k, e) {
-				sh.count(e, -1)
+				sh.count(k, e, -1)
 				delete(sh.m, k)
 				n++
 			}

@@ -293,3 +293,107 @@ func TestRecordStatsFlushSweep(t *testing.T) {
 		t.Errorf("stats %+v", s)
 	}
 }
+
+// TestRecordNXDomainAfterRemovals: a Get looks for a name's NXDOMAIN only
+// while its shard holds one (a count kept as entries come and go): the
+// name-wide NXDOMAIN answers other types after it is stored, stops after
+// it is flushed or swept, answers again when stored again, and a positive
+// entry stored over it for the same name does not stop the count.
+func TestRecordNXDomainAfterRemovals(t *testing.T) {
+	c := newRecord(t, func(c *cache.RecordConfig) { c.Shards = 1; c.NegativeTTL = time.Hour })
+	soa := rr(t, "example.com. 3600 IN SOA ns.example.com. host.example.com. 1 2 3 4 300")
+	nx := upstream(t, "gone.example.com.", dns.TypeA, dns.RcodeNameError, nil, []dns.RR{soa})
+	kA := cache.RecordKey{Name: "gone.example.com.", Type: dns.TypeA, Class: dns.ClassINET}
+	kMX := cache.RecordKey{Name: "gone.example.com.", Type: dns.TypeMX, Class: dns.ClassINET}
+	hit := func(k cache.RecordKey, at time.Duration) bool {
+		got, ok := c.Get(k, t0.Add(at))
+		if ok && (got.Rcode != dns.RcodeNameError || len(got.Ns) != 1) {
+			t.Fatalf("Get(%v) = %+v, want the NXDOMAIN with its SOA", k, got)
+		}
+		return ok
+	}
+	if hit(kMX, 0) {
+		t.Fatal("hit before any Put")
+	}
+	for round := range 2 {
+		if _, err := c.Put(kA, nx, t0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Put(kA, nx, t0); err != nil { // the same entry replaced: still one
+			t.Fatal(err)
+		}
+		if !hit(kMX, 0) || !hit(kA, 0) {
+			t.Fatalf("round %d: the name's NXDOMAIN does not answer", round)
+		}
+		if round == 0 {
+			if n := c.Flush("gone.example.com.", false); n != 1 {
+				t.Fatalf("Flush removed %d, want 1", n)
+			}
+		} else if n := c.Sweep(t0.Add(2 * time.Hour)); n != 1 {
+			t.Fatalf("Sweep removed %d, want 1", n)
+		}
+		if hit(kMX, 0) {
+			t.Fatalf("round %d: NXDOMAIN still answers after its removal", round)
+		}
+	}
+	// A positive entry for another type does not hide a later NXDOMAIN.
+	pos := upstream(t, "gone.example.com.", dns.TypeAAAA, 0, []dns.RR{rr(t, "gone.example.com. 60 IN AAAA 2001:db8::1")}, nil)
+	if _, err := c.Put(cache.RecordKey{Name: "gone.example.com.", Type: dns.TypeAAAA, Class: dns.ClassINET}, pos, t0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Put(kA, nx, t0); err != nil {
+		t.Fatal(err)
+	}
+	if !hit(kMX, 0) {
+		t.Fatal("NXDOMAIN stored beside a positive entry does not answer")
+	}
+}
+
+// TestRecordWireRoundTrip: the cache keeps records packed; what a Get
+// returns is each record as stored (types with names, strings, options
+// and unknown types alike), TTLs clamped and aged, OPT left out, the
+// authority section apart from the answer's.
+func TestRecordWireRoundTrip(t *testing.T) {
+	c := newRecord(t, func(c *cache.RecordConfig) { c.MinTTL, c.MaxTTL = time.Second, time.Hour })
+	answer := []dns.RR{
+		rr(t, "x.example.com. 7200 IN CNAME y.example.com."),
+		rr(t, "y.example.com. 300 IN A 192.0.2.1"),
+		rr(t, "y.example.com. 300 IN AAAA 2001:db8::7"),
+		rr(t, `y.example.com. 300 IN TXT "one" "two words" "`+string(make([]byte, 0))+`"`),
+		rr(t, "y.example.com. 300 IN MX 10 mail.example.com."),
+		rr(t, "y.example.com. 300 IN SRV 1 2 443 svc.example.com."),
+		rr(t, "y.example.com. 300 IN HTTPS 1 . alpn=h2,h3 ipv4hint=192.0.2.9"),
+		rr(t, "y.example.com. 300 IN TYPE65300 \\# 3 010203"),
+		rr(t, "y.example.com. 300 IN RRSIG A 13 3 300 20300101000000 20200101000000 12345 example.com. dGVzdA=="),
+	}
+	ns := []dns.RR{rr(t, "example.com. 900 IN NS ns1.example.com."), rr(t, "example.com. 900 IN NS ns2.example.com.")}
+	m := upstream(t, "x.example.com.", dns.TypeA, 0, answer, ns)
+	m.SetEdns0(1232, true)
+	m.Answer = append(m.Answer, m.Extra[0]) // an OPT out of place is left out too
+	k := cache.RecordKey{Name: "x.example.com.", Type: dns.TypeA, Class: dns.ClassINET, DO: true}
+	if life, err := c.Put(k, m, t0); err != nil || life != 300 {
+		t.Fatalf("Put = %d, %v; want 300", life, err)
+	}
+	got, ok := c.Get(k, t0.Add(5*time.Second))
+	if !ok || len(got.Answer) != len(answer) || len(got.Ns) != len(ns) {
+		t.Fatalf("Get = %+v, %v; want %d answers and %d authority records", got, ok, len(answer), len(ns))
+	}
+	check := func(got, want dns.RR, ttl uint32) {
+		t.Helper()
+		w := dns.Copy(want)
+		w.Header().Ttl = ttl
+		if !dns.IsDuplicate(got, w) || got.Header().Ttl != ttl || got.String() != w.String() {
+			t.Errorf("got %v, want %v", got, w)
+		}
+	}
+	check(got.Answer[0], answer[0], 3600-5) // max_ttl
+	for i := 1; i < len(answer); i++ {
+		check(got.Answer[i], answer[i], 300-5)
+	}
+	for i := range ns {
+		check(got.Ns[i], ns[i], 900-5)
+	}
+	if got.TTL != 300-5 {
+		t.Errorf("TTL %d, want %d", got.TTL, 300-5)
+	}
+}

@@ -140,6 +140,7 @@ type pooledConn struct {
 	net.Conn
 	uses      int
 	idleSince time.Time
+	raw       rawIO // UDP: the datagram system calls (rawio_*.go)
 }
 
 // connPool holds one forwarder's idle connections of one transport. It is

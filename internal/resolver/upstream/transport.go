@@ -64,6 +64,10 @@ func (ex *exchange) udp(f *forwarder) (*dns.Msg, error) {
 			return nil, ex.failed(f, "udp", err)
 		}
 		pc = &pooledConn{Conn: conn}
+		if err := pc.raw.init(conn); err != nil {
+			_ = conn.Close()
+			return nil, ex.failed(f, "udp", err)
+		}
 	}
 	keep := false
 	untouched := ex.watch(pc)
@@ -84,13 +88,13 @@ func (ex *exchange) udp(f *forwarder) (*dns.Msg, error) {
 		return nil, ex.failed(f, "udp", err)
 	}
 	sent := time.Now()
-	if _, err := pc.Write(ex.wire[2:]); err != nil {
+	if err := pc.raw.write(ex.wire[2:]); err != nil {
 		return nil, ex.failed(f, "udp", err)
 	}
 	clean := true
 	nearMisses := 0
 	for {
-		n, err := pc.Read(ex.rbuf)
+		n, err := pc.raw.read(ex.rbuf)
 		if err != nil {
 			return nil, ex.failed(f, "udp", err)
 		}
