@@ -1,7 +1,6 @@
 package simulator
 
 import (
-	"encoding/json"
 	"net/netip"
 	"strconv"
 
@@ -11,47 +10,14 @@ import (
 )
 
 // The nested parts of a simulate body (identity, categories, layers,
-// answer, trace) are rendered as JSON into one buffer per answer rather
-// than built as maps: the trace alone was a dozen two-key maps per answer,
-// and with the others they were most of the ≈ 129 allocations left per
-// request and a good part of the GC's work. They travel as
-// json.RawMessage, the form the rendered settings document already takes:
-// the body appender copies them as they are, and luapool decodes one only
-// when a script reads it (a script sees the same tables as before; a value
-// it changes comes back as a map, and withNulls still restores the
+// answer, trace) are rendered as JSON straight into the response (the body
+// object, body.go) rather than built as maps: the trace alone was a dozen
+// two-key maps per answer, and with the others they were most of the
+// allocations per request and a good part of the GC's work. A script that
+// reads one gets it decoded (a script sees the same tables as before; a
+// value it changes comes back as a map, and withNulls still restores the
 // identity's nulls). The keys come in DESIGN.md §6.4's order, the order
 // the appender gives the maps (simulateOrder).
-
-// parts are the rendered nested values of one simulate body.
-type parts struct {
-	identity, categories, layers, answer, trace json.RawMessage
-}
-
-// renderParts renders res's nested values; they share one allocation.
-// The simulate body renders each where it is needed (body.go); this is the
-// reference its tests compare with the maps the parts replaced.
-func renderParts(res *policy.Result) parts {
-	b := make([]byte, 0, 1024)
-	var ends [5]int
-	b = appendIdentity(b, &res.Subject)
-	ends[0] = len(b)
-	b = appendCategories(b, res.Categories)
-	ends[1] = len(b)
-	b = appendStrings(b, res.Layers)
-	ends[2] = len(b)
-	b = appendAnswer(b, res)
-	ends[3] = len(b)
-	b = appendTrace(b, res)
-	ends[4] = len(b)
-	cut := func(i int) json.RawMessage {
-		start := 0
-		if i > 0 {
-			start = ends[i-1]
-		}
-		return json.RawMessage(b[start:ends[i]:ends[i]])
-	}
-	return parts{identity: cut(0), categories: cut(1), layers: cut(2), answer: cut(3), trace: cut(4)}
-}
 
 // appendTrace renders the trace: Evaluate's identity and settings steps,
 // then the decision's.

@@ -191,3 +191,34 @@ func FuzzRenderParts(f *testing.F) {
 		checkBody(t, &res, name, path, []any{rule, result})
 	})
 }
+
+// parts are the rendered nested values of one simulate body.
+type parts struct {
+	identity, categories, layers, answer, trace json.RawMessage
+}
+
+// renderParts renders res's nested values into one buffer, as the body
+// did before the body object (body.go) rendered each where needed: the
+// reference the tests compare the body object and the maps with.
+func renderParts(res *policy.Result) parts {
+	b := make([]byte, 0, 1024)
+	var ends [5]int
+	b = appendIdentity(b, &res.Subject)
+	ends[0] = len(b)
+	b = appendCategories(b, res.Categories)
+	ends[1] = len(b)
+	b = appendStrings(b, res.Layers)
+	ends[2] = len(b)
+	b = appendAnswer(b, res)
+	ends[3] = len(b)
+	b = appendTrace(b, res)
+	ends[4] = len(b)
+	cut := func(i int) json.RawMessage {
+		start := 0
+		if i > 0 {
+			start = ends[i-1]
+		}
+		return json.RawMessage(b[start:ends[i]:ends[i]])
+	}
+	return parts{identity: cut(0), categories: cut(1), layers: cut(2), answer: cut(3), trace: cut(4)}
+}
