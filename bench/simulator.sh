@@ -125,17 +125,25 @@ server_env=(${SERVER_ENV:-})
 # (only `svc-pf all` embeds it): in the server's process its JetStream store
 # would add to every GC cycle. EMBED_NATS=1, or a SERVER_TREE whose harness
 # has no -nats flag, embeds it in the server as before.
+# await_line BASE WORD PID SECONDS prints what follows "WORD " in BASE.out
+# once process PID writes it; fails (with BASE.log on stderr) when PID
+# exits first or SECONDS pass.
+await_line() {
+	local v i
+	for ((i = 0; i < $4 * 10; i++)); do
+		v=$(sed -n "s/^$2 //p" "$1.out")
+		[ -n "$v" ] && { echo "$v"; return 0; }
+		kill -0 "$3" 2>/dev/null || break
+		sleep 0.1
+	done
+	cat "$1.log" >&2
+	return 1
+}
 nats_flag=()
 if [ "${EMBED_NATS:-}" != 1 ] && "$server_bin" serve -h 2>&1 | grep -q -- '-nats'; then
 	"$work/simulator" nats -work "$work" > "$work/nats.out" 2> "$work/nats.log" &
 	nats=$!
-	for _ in $(seq 1 100); do
-		url=$(sed -n 's/^NATS //p' "$work/nats.out")
-		[ -n "$url" ] && break
-		kill -0 "$nats" 2>/dev/null || { cat "$work/nats.log" >&2; exit 1; }
-		sleep 0.1
-	done
-	[ -n "$url" ] || { echo "the NATS server did not start" >&2; cat "$work/nats.log" >&2; exit 1; }
+	url=$(await_line "$work/nats" NATS "$nats" 30) || { echo "the NATS server did not start" >&2; exit 1; }
 	nats_flag=(-nats "$url")
 	echo "   NATS server in its own process: $url"
 else
@@ -144,14 +152,7 @@ fi
 env "${server_env[@]}" "$server_bin" serve -work "$work" "${nats_flag[@]}" -sessions "$sessions" -workers "$workers" "${micro[@]}" \
 	> "$work/serve.out" 2> "$work/serve.log" &
 server=$!
-addr=""
-for _ in $(seq 1 600); do
-	addr=$(sed -n 's/^READY //p' "$work/serve.out")
-	[ -n "$addr" ] && break
-	kill -0 "$server" 2>/dev/null || { cat "$work/serve.log" >&2; exit 1; }
-	sleep 0.5
-done
-[ -n "$addr" ] || { echo "the simulator did not start" >&2; cat "$work/serve.log" >&2; exit 1; }
+addr=$(await_line "$work/serve" READY "$server" 300) || { echo "the simulator did not start" >&2; exit 1; }
 gc_lines() { grep -c '^gc [0-9]' "$work/serve.log" || true; }
 # cpu_split WHAT CLIENT SECONDS prints where the cores' time went over a
 # run: the server's, the load client's ($w), everyone else's and idle,

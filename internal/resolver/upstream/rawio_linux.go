@@ -67,27 +67,20 @@ func (io *rawIO) read(b []byte) (int, error) {
 	return io.n, nil
 }
 
-func (io *rawIO) send(fd uintptr) bool {
-	p := unsafe.Pointer(unsafe.SliceData(io.buf))
-	r, _, e := unix.RawSyscall6(unix.SYS_SENDTO, fd, uintptr(p), uintptr(len(io.buf)), 0, 0, 0)
-	for e == unix.EINTR {
-		r, _, e = unix.RawSyscall6(unix.SYS_SENDTO, fd, uintptr(p), uintptr(len(io.buf)), 0, 0, 0)
-	}
-	if e == unix.EAGAIN {
-		return false // wait until writable
-	}
-	io.n, io.errno = int(r), e
-	return true
-}
+// send and recv are the functions RawConn.Write and Read call: one
+// datagram system call on the connected socket, retried on EINTR; false
+// (EAGAIN) lets the poller wait until the socket is ready.
+func (io *rawIO) send(fd uintptr) bool { return io.rawCall(unix.SYS_SENDTO, fd) }
+func (io *rawIO) recv(fd uintptr) bool { return io.rawCall(unix.SYS_RECVFROM, fd) }
 
-func (io *rawIO) recv(fd uintptr) bool {
+func (io *rawIO) rawCall(trap, fd uintptr) bool {
 	p := unsafe.Pointer(unsafe.SliceData(io.buf))
-	r, _, e := unix.RawSyscall6(unix.SYS_RECVFROM, fd, uintptr(p), uintptr(len(io.buf)), 0, 0, 0)
+	r, _, e := unix.RawSyscall6(trap, fd, uintptr(p), uintptr(len(io.buf)), 0, 0, 0)
 	for e == unix.EINTR {
-		r, _, e = unix.RawSyscall6(unix.SYS_RECVFROM, fd, uintptr(p), uintptr(len(io.buf)), 0, 0, 0)
+		r, _, e = unix.RawSyscall6(trap, fd, uintptr(p), uintptr(len(io.buf)), 0, 0, 0)
 	}
 	if e == unix.EAGAIN {
-		return false // wait until readable
+		return false
 	}
 	io.n, io.errno = int(r), e
 	return true
