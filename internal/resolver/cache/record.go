@@ -265,6 +265,9 @@ func (c *Record) Put(k RecordKey, m *dns.Msg, now time.Time) (uint32, error) {
 	default:
 		return 0, NotCachedRcode
 	}
+	if !roundTrips(m.Answer) || !roundTrips(m.Ns) {
+		return 0, NotCachedMalformed // a record a stored copy would not give back
+	}
 	sc := c.packBufs.Get().(*packScratch)
 	defer c.packBufs.Put(sc)
 	wire, nAnswer, nNs, least, ok := sc.packClamped(m.Answer, m.Ns, lo, hi)
@@ -380,6 +383,29 @@ const dnsHeaderLen = 12
 // withoutOPT is rrs without OPT records and nils: rrs itself when it has
 // none (the usual case: the OPT is in the additional section), else a
 // copy of the slice.
+// roundTrips reports whether every record of rrs unpacks, once packed,
+// to the same record. miekg/dns unpacks a URI target and a CAA value as
+// the raw bytes but packs them reading backslash escapes, so such a string
+// with a backslash changes with each pack and unpack: stored and unpacked
+// again for a Get, it would reach the client as other bytes than the
+// uncached answer did (FuzzRecordRoundTrip found it). Those answers go
+// uncached; no other type reads escapes it did not write.
+func roundTrips(rrs []dns.RR) bool {
+	for _, rr := range rrs {
+		switch r := rr.(type) {
+		case *dns.URI:
+			if strings.IndexByte(r.Target, '\\') >= 0 {
+				return false
+			}
+		case *dns.CAA:
+			if strings.IndexByte(r.Value, '\\') >= 0 {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 func withoutOPT(rrs []dns.RR) []dns.RR {
 	for i, rr := range rrs {
 		if rr == nil || rr.Header().Rrtype == dns.TypeOPT {

@@ -397,3 +397,32 @@ func TestRecordWireRoundTrip(t *testing.T) {
 		t.Errorf("TTL %d, want %d", got.TTL, 300-5)
 	}
 }
+
+// TestRecordOctetStringWithBackslash: miekg/dns unpacks a URI target or a
+// CAA value raw but packs it reading escapes, so a stored copy of one with
+// a backslash would come back as other bytes; such an answer is not
+// cached (the fuzzer's seed 79cd6de8ac2a4dc1 is the URI case on the wire).
+func TestRecordOctetStringWithBackslash(t *testing.T) {
+	c := newRecord(t, nil)
+	for _, s := range []struct {
+		qtype uint16
+		rr    dns.RR
+		cache bool
+	}{
+		{dns.TypeURI, &dns.URI{Hdr: dns.RR_Header{Name: "a.example.", Rrtype: dns.TypeURI, Class: dns.ClassINET, Ttl: 60}, Priority: 1, Weight: 1, Target: `http://x/\000`}, false},
+		{dns.TypeCAA, &dns.CAA{Hdr: dns.RR_Header{Name: "a.example.", Rrtype: dns.TypeCAA, Class: dns.ClassINET, Ttl: 60}, Tag: "issue", Value: `ca\.example`}, false},
+		{dns.TypeCAA, &dns.CAA{Hdr: dns.RR_Header{Name: "a.example.", Rrtype: dns.TypeCAA, Class: dns.ClassINET, Ttl: 60}, Tag: "issue", Value: "ca.example"}, true},
+	} {
+		m := new(dns.Msg)
+		m.SetQuestion("a.example.", s.qtype)
+		m.Response = true
+		m.Answer = []dns.RR{s.rr}
+		_, err := c.Put(cache.RecordKey{Name: "a.example.", Type: s.qtype, Class: dns.ClassINET}, m, t0)
+		if s.cache && err != nil {
+			t.Errorf("%v: not cached: %v", s.rr, err)
+		}
+		if !s.cache && err != cache.NotCachedMalformed {
+			t.Errorf("%v: Put = %v, want NotCachedMalformed", s.rr, err)
+		}
+	}
+}
