@@ -26,7 +26,8 @@ import (
 type DNSConfig struct {
 	// Listen are ip:port addresses served over UDP and TCP.
 	Listen []string `yaml:"listen"`
-	// UDPSockets per address (SO_REUSEPORT); default GOMAXPROCS.
+	// UDPSockets per address (SO_REUSEPORT); default half of GOMAXPROCS,
+	// at least 1 (resolver.DefaultUDPSockets).
 	UDPSockets int `yaml:"udp_sockets"`
 	// UDPBatch is how many datagrams a socket's reader takes with one
 	// recvmmsg and answers with one sendmmsg; default 32.

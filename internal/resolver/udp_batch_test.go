@@ -164,6 +164,16 @@ func TestUDPBatchConfig(t *testing.T) {
 	}
 }
 
+// TestDefaultUDPSockets: dns.udp_sockets 0 means half of GOMAXPROCS and
+// never none, so a single-core machine still serves UDP.
+func TestDefaultUDPSockets(t *testing.T) {
+	for procs, want := range map[int]int{1: 1, 2: 1, 3: 1, 4: 2, 5: 2, 16: 8} {
+		if got := resolver.DefaultUDPSockets(procs); got != want {
+			t.Errorf("DefaultUDPSockets(%d) = %d, want %d", procs, got, want)
+		}
+	}
+}
+
 // TestUDPBatchAddressFamilies: the batched reader answers on an IPv6
 // address and on the IPv4 wildcard (a dual-stack socket on Linux, whose
 // clients' addresses come as IPv4-mapped IPv6 and whose replies go out to
