@@ -74,6 +74,8 @@
 #                            to compare against) on 127.53.0.6:5305, same
 #                            sessions, settings and feed; the goals then also
 #                            print svcpf ÷ svcpf-base per phase
+#        SVCPF_UDP_SOCKETS=N, SVCPF_BASE_UDP_SOCKETS=N   dns.udp_sockets of
+#                            svcpf / svcpf-base (unset: the resolver's default)
 #        SVCPF_CMD='…'       run the resolver with this command line instead
 #                            (bash -c; $SVCPF_CONFIG is the generated
 #                            resolver.yaml, which listens on 127.53.0.5:5304)

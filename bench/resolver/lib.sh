@@ -230,14 +230,18 @@ EOF
 # $WORK/NAME.yaml (resolver.yaml for svcpf); SVCPF_CMD (run with bash -c,
 # SVCPF_CONFIG set to that file) replaces svcpf's command line. svcpf-base
 # is the same resolver from SVCPF_BASE_BIN (a build to compare against), on
-# its own address, following the same NATS and feed.
+# its own address, following the same NATS and feed. SVCPF_UDP_SOCKETS and
+# SVCPF_BASE_UDP_SOCKETS set dns.udp_sockets of each (unset: the default).
 start_svcpf() { # NATS_URL (may be empty) [NAME: svcpf | svcpf-base]
 	local nats=$1 name=${2:-svcpf}
 	local a=${ADDR[$name]} conf=$WORK/resolver.yaml
 	[ "$name" = svcpf ] || conf=$WORK/$name.yaml
+	local socks=${SVCPF_UDP_SOCKETS:-}
+	[ "$name" = svcpf ] || socks=${SVCPF_BASE_UDP_SOCKETS:-}
 	cat > "$conf" <<EOF
 dns:
   listen: ["$a"]
+$([ -z "$socks" ] || echo "  udp_sockets: $socks")
 forwarders: ["$AUTH"]
 http:
   address: ${HTTP[$name]}
