@@ -27,7 +27,13 @@
 #   - SETTINGS_USERS subscribers, spread evenly, get their own username
 #     layer {"blocked_categories":[1,2]}: a second policy class.
 # The control plane keeps running during the benchmark (the resolver's NATS
-# server); idle, it uses little CPU, and the harness does not count it.
+# server); idle, it uses little CPU, and the harness does not count it. It
+# runs with GOGC=off and a GOMEMLIMIT (CP_GOGC, CP_GOMEMLIMIT: 6GiB): with
+# the runtime's defaults its heap of a million sessions (0.7–1.2 GB live)
+# was marked every two minutes by the forced collection, 1.3–1.9 s of CPU
+# in one burst on the 2 cores the measured server shares, landing in the
+# phases at random; with a memory limit instead, an idle control plane
+# does not collect at all.
 #
 # The lead may replace this: SVCPF_SESSIONS_HOOK=/path/to/script, or
 # SVCPF_SESSIONS_HOOK=none for a resolver without NATS (no sessions, no
@@ -49,7 +55,7 @@ resolver:
   dns: {listen: ["$CP_HOST:5353"]}
   forwarders: ["$AUTH"]
 EOF
-"$SVCPF_BIN" all -c "$cp/all.yaml" > "$cp/all.log" 2>&1 &
+GOGC=${CP_GOGC:-off} GOMEMLIMIT=${CP_GOMEMLIMIT:-6GiB} "$SVCPF_BIN" all -c "$cp/all.yaml" > "$cp/all.log" 2>&1 &
 pid=$!
 echo $pid >> "$WORK/pids"
 for _ in $(seq 1 300); do
