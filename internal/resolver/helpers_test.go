@@ -144,6 +144,11 @@ const bigCount = 60
 
 var upstreamA = net.IPv4(192, 0, 2, 1).To4()
 
+// upstreamURITarget is the target of the fake upstream's URI records as
+// bytes on the wire: a backslash, which miekg/dns would read as an escape
+// when it packs the target again.
+const upstreamURITarget = `http://x/\y\065`
+
 // startUpstream runs a fakeUpstream until the test ends.
 func startUpstream(t testing.TB) *fakeUpstream {
 	t.Helper()
@@ -221,6 +226,9 @@ func (u *fakeUpstream) serve(w dns.ResponseWriter, req *dns.Msg) {
 		}
 	case q.Qtype == dns.TypeAAAA:
 		m.Answer = []dns.RR{&dns.AAAA{Hdr: hdr(dns.TypeAAAA), AAAA: net.ParseIP("2001:db8::1")}}
+	case q.Qtype == dns.TypeURI: // escaped: on the wire, upstreamURITarget
+		m.Answer = []dns.RR{&dns.URI{Hdr: hdr(dns.TypeURI), Priority: 1, Weight: 1,
+			Target: strings.ReplaceAll(upstreamURITarget, `\`, `\\`)}}
 	default:
 		m.Ns = []dns.RR{upstreamSOA()}
 	}

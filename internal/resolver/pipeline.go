@@ -195,6 +195,7 @@ func (r *Resolver) forward(ctx context.Context, req *dns.Msg, q *query) *dns.Msg
 		r.log.Debug("forwarders failed", "name", qs.Name, "type", dns.TypeToString[qs.Qtype], "err", err)
 		return errorReply(req, dns.RcodeServerFailure)
 	}
+	cache.EscapeOctets(up.Answer, up.Ns, up.Extra) // packed again, the forwarder's bytes
 	_, _ = r.records.Put(key, up, now)
 	// The forwarder's message becomes the reply (Exchange returns a new
 	// one, never shared, and Put copies what it keeps): its header is

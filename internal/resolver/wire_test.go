@@ -405,6 +405,29 @@ func TestDNSSECPassThrough(t *testing.T) {
 	e.wantMoved("DNSSEC", before, map[string]uint64{"dnssec-queries": 3, "packetcache-hits": 1})
 }
 
+// TestOctetStringsPassThrough: a URI target with a backslash reaches the
+// client as the forwarder's bytes (miekg/dns unpacks it raw and would pack
+// it reading escapes), from the forwarder, the packet cache, the record
+// cache for another policy class and over TCP.
+func TestOctetStringsPassThrough(t *testing.T) {
+	e := newEnv(t, nil)
+	for _, step := range []struct{ netw, from, label string }{
+		{"udp", "127.0.0.1", "forwarder"},
+		{"udp", "127.0.0.1", "packet cache"},
+		{"udp", "127.0.0.8", "record cache, another class"},
+		{"tcp", "", "record cache over TCP"},
+	} {
+		r := e.mustAsk(step.netw, step.from, query("uri.test", dns.TypeURI, 1232, false))
+		// miekg/dns unpacks the target as the raw bytes: compared as they are.
+		if len(r.Answer) != 1 || r.Answer[0].(*dns.URI).Target != upstreamURITarget {
+			t.Errorf("%s: %v, want the target %q", step.label, r.Answer, upstreamURITarget)
+		}
+	}
+	if n := len(e.up.asked("uri.test")); n != 1 {
+		t.Errorf("forwarder asked %d times, want once", n)
+	}
+}
+
 // TestCaseRandomization: a mixed-case question (0x20) is answered with
 // the client's spelling, from the forwarder, the packet cache and over
 // TCP.

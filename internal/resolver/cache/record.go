@@ -207,6 +207,7 @@ func (e *recordEntry) unpack(elapsed uint32) (answer, ns []dns.RR, ok bool) {
 		h.Ttl -= min(h.Ttl, elapsed)
 		all[i], off = rr, next
 	}
+	EscapeOctets(all)
 	answer, ns = all[:e.nAnswer:e.nAnswer], all[e.nAnswer:]
 	if len(answer) == 0 {
 		answer = nil
@@ -264,9 +265,6 @@ func (c *Record) Put(k RecordKey, m *dns.Msg, now time.Time) (uint32, error) {
 		}
 	default:
 		return 0, NotCachedRcode
-	}
-	if !roundTrips(m.Answer) || !roundTrips(m.Ns) {
-		return 0, NotCachedMalformed // a record a stored copy would not give back
 	}
 	sc := c.packBufs.Get().(*packScratch)
 	defer c.packBufs.Put(sc)
@@ -380,32 +378,38 @@ func (sc *packScratch) packClamped(answer, ns []dns.RR, lo, hi uint32) (wire []b
 // dnsHeaderLen is a DNS message header's length (RFC 1035 §4.1.1).
 const dnsHeaderLen = 12
 
-// withoutOPT is rrs without OPT records and nils: rrs itself when it has
-// none (the usual case: the OPT is in the additional section), else a
-// copy of the slice.
-// roundTrips reports whether every record of rrs unpacks, once packed,
-// to the same record. miekg/dns unpacks a URI target and a CAA value as
-// the raw bytes but packs them reading backslash escapes, so such a string
-// with a backslash changes with each pack and unpack: stored and unpacked
-// again for a Get, it would reach the client as other bytes than the
-// uncached answer did (FuzzRecordRoundTrip found it). Those answers go
-// uncached; no other type reads escapes it did not write.
-func roundTrips(rrs []dns.RR) bool {
-	for _, rr := range rrs {
-		switch r := rr.(type) {
-		case *dns.URI:
-			if strings.IndexByte(r.Target, '\\') >= 0 {
-				return false
-			}
-		case *dns.CAA:
-			if strings.IndexByte(r.Value, '\\') >= 0 {
-				return false
+// EscapeOctets rewrites, in place, the URI targets and CAA values of the
+// sections' records so that miekg/dns packs them to the bytes they were
+// unpacked from. It unpacks these strings as the raw bytes but packs them
+// reading backslash escapes, so a raw backslash must be written `\\`:
+// unescaped, a target holding one would change on the way through the
+// resolver (FuzzRecordRoundTrip found it). The resolver applies it to
+// every forwarder answer, so the client gets the forwarder's bytes; Get
+// applies it to what it unpacks, so a cached answer packs as the uncached
+// one did. No other type reads escapes it did not write.
+func EscapeOctets(sections ...[]dns.RR) {
+	for _, rrs := range sections {
+		for _, rr := range rrs {
+			switch r := rr.(type) {
+			case *dns.URI:
+				r.Target = escapeBackslashes(r.Target)
+			case *dns.CAA:
+				r.Value = escapeBackslashes(r.Value)
 			}
 		}
 	}
-	return true
 }
 
+func escapeBackslashes(s string) string {
+	if strings.IndexByte(s, '\\') < 0 {
+		return s
+	}
+	return strings.ReplaceAll(s, `\`, `\\`)
+}
+
+// withoutOPT is rrs without OPT records and nils: rrs itself when it has
+// none (the usual case: the OPT is in the additional section), else a
+// copy of the slice.
 func withoutOPT(rrs []dns.RR) []dns.RR {
 	for i, rr := range rrs {
 		if rr == nil || rr.Header().Rrtype == dns.TypeOPT {
