@@ -386,7 +386,10 @@ const dnsHeaderLen = 12
 // resolver (FuzzRecordRoundTrip found it). The resolver applies it to
 // every forwarder answer, so the client gets the forwarder's bytes; Get
 // applies it to what it unpacks, so a cached answer packs as the uncached
-// one did. No other type reads escapes it did not write.
+// one did. No other type reads escapes it did not write. miekg/dns packs
+// at most 1025 bytes of such a string, escapes counted: a longer one fails
+// to pack (the reply is SERVFAIL, counted server-parse-errors) rather than
+// going out changed.
 func EscapeOctets(sections ...[]dns.RR) {
 	for _, rrs := range sections {
 		for _, rr := range rrs {
