@@ -95,9 +95,8 @@ const (
 // wake-up (the poller, the scheduler, a recvmmsg that finds nothing) per
 // batch, not per packet. More readers than the load keeps busy split the
 // same packets into smaller batches and more wake-ups: on 2 cores, one
-// socket instead of two answered dnsperf's 16 clients at 0.6–0.75× the
-// CPU per hit and 1.1–1.3× the rate, with misses unchanged
-// (docs/performance.md). The other half of the cores is left to the slow
+// socket instead of two answered dnsperf's 16 clients at 0.53–0.83× the
+// CPU per hit, with misses unchanged (docs/performance.md). The other half of the cores is left to the slow
 // path, the kernel's receive work and the garbage collector.
 func DefaultUDPSockets(procs int) int { return max(1, procs/2) }
 
