@@ -25,7 +25,7 @@ func (s *Service) reconcile(ids []string) {
 	entries, errs := s.readBack(ctx, ids)
 	ix := s.idx.Load()
 	var upserts []*session.Session
-	var deletes []string
+	var deletes, undo []string
 	unread := 0
 	var firstErr error
 	for i, id := range ids {
@@ -42,6 +42,8 @@ func (s *Service) reconcile(ids []string) {
 		if err != nil { // not found
 			if _, ok := ix.Get(id); ok {
 				deletes = append(deletes, id)
+			} else {
+				undo = append(undo, id)
 			}
 			continue
 		}
@@ -65,6 +67,41 @@ func (s *Service) reconcile(ids []string) {
 		s.log.Warn("table reconciled with the bucket after failed writes that did land", "updated", len(upserts), "removed", len(deletes))
 		s.commit(upserts, deletes)
 	}
+	s.undoWrites(ctx, undo)
+}
+
+// undoWrites deletes, in the bucket, keys the table does not hold whose
+// write failed and that a read then did not find. "Not found" right after
+// a failure is no proof that the write will never land: over a NATS
+// cluster a write the dying server had handed to the stream's leader can
+// be committed by the next leader after the read, and a read served by a
+// replica that lags can miss one already committed. Such a write, landing
+// unseen, would be a session every node serves and no clean selects from
+// the table (TestNATSClusterNodeLossDuringWrites: a deleted organisation's
+// session stayed on every node). A delete goes through the stream's
+// leader after whatever it holds of the failed write, so the bucket ends
+// as the table says. The caller was told the write failed and retries it.
+// A delete that fails keeps the key uncertain: read, and undone if still
+// absent, before the next command and at the next sweep.
+func (s *Service) undoWrites(ctx context.Context, ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	writes := make([]write, len(ids))
+	for i, id := range ids {
+		writes[i] = write{ID: id}
+	}
+	var failed []string
+	for i, err := range s.store.apply(ctx, writes) {
+		if err != nil {
+			s.metrics.kvWriteErrors.Inc()
+			failed = append(failed, ids[i])
+		}
+	}
+	if len(failed) > 0 {
+		s.store.markUncertain(failed)
+		s.log.Warn("cannot undo failed writes the bucket does not show; tried again later", "ids", len(failed))
+	}
 }
 
 // every runs fn every interval until ctx (the active term) ends.
@@ -82,6 +119,9 @@ func (s *Service) every(ctx context.Context, interval time.Duration, fn func()) 
 }
 
 func (s *Service) sweepTick() {
+	s.mu.Lock()
+	s.retryUncertain()
+	s.mu.Unlock()
 	if n, err := s.sweep(); err != nil {
 		s.log.Warn("sweep expired sessions", "removed", n, "err", err)
 	} else if n > 0 {

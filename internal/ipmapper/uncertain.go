@@ -10,9 +10,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// retryUncertain reads back, before a command acts on the table, the keys
-// whose write failed and that the reconcile could not read then (the bus
-// was away, or the reads ran out of time). Such a write may have landed all
+// retryUncertain reads back, before a command acts on the table and at
+// every sweep, the keys whose write failed and that the reconcile could not
+// read or undo then (the bus was away, or the calls ran out of time). Such a write may have landed all
 // the same: over a NATS cluster the server this IP Mapper was connected to
 // can forward a write to the stream's leader and die before the ack comes
 // back. Every node then serves the session while the table lacks it, and a

@@ -74,3 +74,55 @@ func TestCleanAfterUnreadableFailedWrite(t *testing.T) {
 		t.Errorf("%d keys still uncertain after a command read them back", uncertain)
 	}
 }
+
+// TestUndoFailedWriteNotFound: a key whose write failed, that the table
+// does not hold and that the bucket does not show, is deleted in the
+// bucket: over a NATS cluster such a write can still land after the read
+// (a new stream leader commits it), and the delete, ordered after it,
+// keeps every node from serving a session no clean would select. When the
+// delete cannot be made (NATS away), the key stays uncertain and the next
+// sweep, with no command in between, reads it and deletes it.
+func TestUndoFailedWriteNotFound(t *testing.T) {
+	ctx := ctxT(t)
+	f := startFixture(t, nil)
+	lastOp := func(id string) jetstream.KeyValueOp {
+		t.Helper()
+		h, err := kvOf(t, f.bus.nc).History(ctx, id)
+		if err != nil {
+			t.Fatalf("history of %s: %v", id, err)
+		}
+		return h[len(h)-1].Operation()
+	}
+	f.svc.mu.Lock()
+	f.svc.reconcile([]string{"ghost"})
+	f.svc.mu.Unlock()
+	if op := lastOp("ghost"); op != jetstream.KeyValueDelete {
+		t.Errorf("ghost: last operation %v, want a delete", op)
+	}
+
+	port := f.bus.srv.Port()
+	f.bus.srv.Shutdown()
+	eventually(t, "the client to notice the outage", func() bool { return !f.bus.nc.IsConnected() })
+	f.svc.mu.Lock()
+	f.svc.reconcile([]string{"ghost2"})
+	uncertain := len(f.svc.store.uncertain)
+	f.svc.mu.Unlock()
+	if uncertain != 1 {
+		t.Fatalf("%d uncertain keys after a reconcile without NATS, want 1", uncertain)
+	}
+	srv, err := natsbusRestart(f.bus.dir, port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.bus.srv = srv
+	eventually(t, "the client to reconnect", func() bool { return f.bus.nc.IsConnected() })
+	eventually(t, "a sweep to undo ghost2", func() bool {
+		f.svc.sweepTick()
+		f.svc.mu.Lock()
+		defer f.svc.mu.Unlock()
+		return len(f.svc.store.uncertain) == 0
+	})
+	if op := lastOp("ghost2"); op != jetstream.KeyValueDelete {
+		t.Errorf("ghost2: last operation %v, want a delete", op)
+	}
+}
