@@ -38,22 +38,7 @@ func TestCleanAfterUnreadableFailedWrite(t *testing.T) {
 	}
 
 	// Its reconcile runs while NATS is away: the read fails.
-	port := f.bus.srv.Port()
-	f.bus.srv.Shutdown()
-	eventually(t, "the client to notice the outage", func() bool { return !f.bus.nc.IsConnected() })
-	f.svc.mu.Lock()
-	f.svc.reconcile([]string{"landed"})
-	uncertain := len(f.svc.store.uncertain)
-	f.svc.mu.Unlock()
-	if uncertain != 1 {
-		t.Fatalf("%d uncertain keys after a reconcile without NATS, want 1", uncertain)
-	}
-
-	srv, err := natsbusRestart(f.bus.dir, port)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.bus.srv = srv
+	reconcileDuringOutage(t, f, "landed")
 	var removed int
 	eventually(t, "clean-sessions to answer after the NATS restart", func() bool {
 		removed, err = f.client.CleanSessions(ctx, mapperclient.CleanRequest{Org: "acme", All: true})
@@ -68,7 +53,7 @@ func TestCleanAfterUnreadableFailedWrite(t *testing.T) {
 		}
 	}
 	f.svc.mu.Lock()
-	uncertain = len(f.svc.store.uncertain)
+	uncertain := len(f.svc.store.uncertain)
 	f.svc.mu.Unlock()
 	if uncertain != 0 {
 		t.Errorf("%d keys still uncertain after a command read them back", uncertain)
@@ -100,21 +85,7 @@ func TestUndoFailedWriteNotFound(t *testing.T) {
 		t.Errorf("ghost: last operation %v, want a delete", op)
 	}
 
-	port := f.bus.srv.Port()
-	f.bus.srv.Shutdown()
-	eventually(t, "the client to notice the outage", func() bool { return !f.bus.nc.IsConnected() })
-	f.svc.mu.Lock()
-	f.svc.reconcile([]string{"ghost2"})
-	uncertain := len(f.svc.store.uncertain)
-	f.svc.mu.Unlock()
-	if uncertain != 1 {
-		t.Fatalf("%d uncertain keys after a reconcile without NATS, want 1", uncertain)
-	}
-	srv, err := natsbusRestart(f.bus.dir, port)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.bus.srv = srv
+	reconcileDuringOutage(t, f, "ghost2")
 	eventually(t, "the client to reconnect", func() bool { return f.bus.nc.IsConnected() })
 	eventually(t, "a sweep to undo ghost2", func() bool {
 		f.svc.sweepTick()
@@ -125,4 +96,26 @@ func TestUndoFailedWriteNotFound(t *testing.T) {
 	if op := lastOp("ghost2"); op != jetstream.KeyValueDelete {
 		t.Errorf("ghost2: last operation %v, want a delete", op)
 	}
+}
+
+// reconcileDuringOutage stops the fixture's NATS server, reconciles id
+// while the client is away (its read fails, so it must be kept uncertain),
+// and starts the server again on the same port and store.
+func reconcileDuringOutage(t *testing.T, f *fixture, id string) {
+	t.Helper()
+	port := f.bus.srv.Port()
+	f.bus.srv.Shutdown()
+	eventually(t, "the client to notice the outage", func() bool { return !f.bus.nc.IsConnected() })
+	f.svc.mu.Lock()
+	f.svc.reconcile([]string{id})
+	uncertain := len(f.svc.store.uncertain)
+	f.svc.mu.Unlock()
+	if uncertain != 1 {
+		t.Fatalf("%d uncertain keys after a reconcile without NATS, want 1", uncertain)
+	}
+	srv, err := natsbusRestart(f.bus.dir, port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.bus.srv = srv
 }
