@@ -320,35 +320,40 @@ func TestIPMapperSameBucketOneActive(t *testing.T) {
 	}
 }
 
-// haHelperEnv names the NATS URL for TestIPMapperHAHelperProcess; set, the
-// test binary runs an IP Mapper as `svc-pf ipmapper` would until killed,
-// with the lock TTL in haHelperTTLEnv.
+// haHelperEnv names the NATS URL for the killed IP Mapper process; set,
+// the test binary (TestMain) runs an IP Mapper as `svc-pf ipmapper` would
+// until killed, with the lock TTL in haHelperTTLEnv, instead of the tests.
 const (
 	haHelperEnv    = "SVCPF_TEST_IPMAPPER_HA_NATS"
 	haHelperTTLEnv = "SVCPF_TEST_IPMAPPER_HA_TTL"
 )
 
-// TestIPMapperHAHelperProcess is the IP Mapper that
-// TestIPMapperKilledDuringDeploys kills with SIGKILL: a separate process,
-// so that nothing of it (not even a deferred release) survives the kill.
-func TestIPMapperHAHelperProcess(t *testing.T) {
-	url := os.Getenv(haHelperEnv)
-	if url == "" {
-		t.Skip("not a test of its own: the IP Mapper process that TestIPMapperKilledDuringDeploys starts and kills")
+// TestMain runs the IP Mapper that TestIPMapperKilledDuringDeploys kills
+// with SIGKILL when the environment asks for it (a separate process, so
+// that nothing of it, not even a deferred release, survives the kill), and
+// the tests otherwise.
+func TestMain(m *testing.M) {
+	if url := os.Getenv(haHelperEnv); url != "" {
+		if err := runHAHelperProcess(url); err != nil {
+			fmt.Fprintln(os.Stderr, "IP Mapper helper process:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
 	}
+	os.Exit(m.Run())
+}
+
+func runHAHelperProcess(url string) error {
 	cfg := DefaultIPMapperConfig()
 	cfg.HTTP.Address = "127.0.0.1:0"
 	cfg.NATS.URL = url
 	ttl, err := time.ParseDuration(os.Getenv(haHelperTTLEnv))
 	if err != nil {
-		t.Fatalf("%s: %v", haHelperTTLEnv, err)
+		return fmt.Errorf("%s: %w", haHelperTTLEnv, err)
 	}
 	cfg.HA.LockTTL = ttl
 	cfg.HA.Instance = "killed"
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if err := RunIPMapper(context.Background(), cfg, "test", log); err != nil {
-		t.Fatal(err)
-	}
+	return RunIPMapper(context.Background(), cfg, "test", slog.New(slog.NewTextHandler(os.Stderr, nil)))
 }
 
 // TestIPMapperKilledDuringDeploys: the active IP Mapper is a separate
@@ -378,7 +383,7 @@ func testKilledDuringDeploys(t *testing.T, ttl time.Duration) {
 	}
 
 	var procLog syncBuffer
-	cmd := exec.Command(os.Args[0], "-test.run=^TestIPMapperHAHelperProcess$")
+	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), haHelperEnv+"="+url, haHelperTTLEnv+"="+ttl.String())
 	cmd.Stdout, cmd.Stderr = &procLog, &procLog
 	if err := cmd.Start(); err != nil {
