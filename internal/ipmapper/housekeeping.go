@@ -87,12 +87,8 @@ func (s *Service) undoWrites(ctx context.Context, ids []string) {
 	if len(ids) == 0 {
 		return
 	}
-	writes := make([]write, len(ids))
-	for i, id := range ids {
-		writes[i] = write{ID: id}
-	}
 	var failed []string
-	for i, err := range s.store.apply(ctx, writes) {
+	for i, err := range s.store.deleteKeys(ctx, ids) {
 		if err != nil {
 			s.metrics.kvWriteErrors.Inc()
 			failed = append(failed, ids[i])

@@ -134,6 +134,16 @@ func (st *store) apply(ctx context.Context, writes []write) []error {
 	return errs
 }
 
+// deleteKeys deletes ids in the bucket (apply's delete writes), one error
+// per id.
+func (st *store) deleteKeys(ctx context.Context, ids []string) []error {
+	writes := make([]write, len(ids))
+	for i, id := range ids {
+		writes[i] = write{ID: id}
+	}
+	return st.apply(ctx, writes)
+}
+
 // noteWrites records whether the bucket takes writes, for /health: an
 // operator must see that the IP Mapper answers but cannot store (a full
 // disk, JetStream down) before the orgmanager's deploys pile up. A failure

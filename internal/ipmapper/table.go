@@ -85,11 +85,7 @@ func (s *Service) remove(ctx context.Context, ids []string) ([]string, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	writes := make([]write, len(ids))
-	for i, id := range ids {
-		writes[i] = write{ID: id}
-	}
-	errs := s.store.apply(ctx, writes)
+	errs := s.store.deleteKeys(ctx, ids)
 	removed := make([]string, 0, len(ids))
 	var failed []string
 	var first error

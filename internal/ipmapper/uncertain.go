@@ -11,17 +11,18 @@ import (
 )
 
 // retryUncertain reads back, before a command acts on the table and at
-// every sweep, the keys whose write failed and that the reconcile could not
-// read or undo then (the bus was away, or the calls ran out of time). Such a write may have landed all
-// the same: over a NATS cluster the server this IP Mapper was connected to
-// can forward a write to the stream's leader and die before the ack comes
-// back. Every node then serves the session while the table lacks it, and a
-// clean by organisation or revision, which selects from the table, would
-// leave it in the bucket for good (TestNATSClusterNodeLossDuringWrites in
-// internal/app found that: a deleted organisation's sessions stayed on
-// every node). Called with mu held. Without a connection it does nothing
-// (every read would fail); a read that fails keeps its key for the next
-// command.
+// every sweep, the keys whose write failed and that the reconcile could
+// not read or undo then (the bus was away, or the calls ran out of time).
+// Such a write may have landed all the same: over a NATS cluster the
+// server this IP Mapper was connected to can forward a write to the
+// stream's leader and die before the ack comes back. Every node then
+// serves the session while the table lacks it, and a clean by organisation
+// or revision, which selects from the table, would leave it in the bucket
+// for good (TestNATSClusterNodeLossDuringWrites in internal/app found
+// that: a deleted organisation's sessions stayed on every node). Called
+// with mu held. Without a connection it does nothing (every read would
+// fail); a key that stays uncertain is read again before the next command
+// and at the next sweep.
 func (s *Service) retryUncertain() {
 	if s.store == nil || len(s.store.uncertain) == 0 || !s.cfg.Conn.IsConnected() {
 		return
