@@ -14,6 +14,8 @@ package feed
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -42,6 +44,10 @@ const (
 // Manifest is feed.json: the latest snapshot and the deltas after it,
 // oldest first (DESIGN.md §6.2), plus CatchUp.
 //
+// Every entry may name its lineage (Version.ContentSHA256, BaseSHA256): a
+// client applies deltas to the version it holds only when the first one
+// builds on exactly that content (DeltasFrom).
+//
 // CatchUp lists, when the latest snapshot S was written over an earlier
 // version, the deltas S-1 and S (oldest first; S-1 only when it exists):
 // `feed build` writes delta S beside snapshot S, so a client at S-1 or S-2
@@ -63,6 +69,16 @@ type Version struct {
 	SHA256    string    `json:"sha256"`
 	Entries   int       `json:"entries"`
 	CreatedAt time.Time `json:"created_at"`
+
+	// ContentSHA256 is the SHA-256 of the feed's full key set at this
+	// version (ContentSHA256), whatever the file: a delta and a snapshot of
+	// one content have the same. BaseSHA256, on a delta, is the content the
+	// delta applies to, i.e. the ContentSHA256 of the version before it in
+	// the delta's own history. File checksums cannot tell two histories
+	// apart (equal deltas over different contents have equal bytes); these
+	// can. Both are "" in a manifest written before they existed.
+	ContentSHA256 string `json:"content_sha256,omitempty"`
+	BaseSHA256    string `json:"base_sha256,omitempty"`
 }
 
 // FileName is the conventional file of a version of type typ.
@@ -103,6 +119,11 @@ func (m *Manifest) Validate() error {
 		if err := v.checkFile(""); err != nil {
 			return err
 		}
+		if i > 0 {
+			if err := checkChain(m.Versions[i-1], v, ""); err != nil {
+				return err
+			}
+		}
 	}
 	snap := m.Versions[0].Version
 	for i, v := range m.CatchUp {
@@ -116,8 +137,33 @@ func (m *Manifest) Validate() error {
 		if err := v.checkFile("catch_up "); err != nil {
 			return err
 		}
+		if i > 0 {
+			if err := checkChain(m.CatchUp[i-1], v, "catch_up "); err != nil {
+				return err
+			}
+		}
+	}
+	if n := len(m.CatchUp); n > 0 && !sameContent(m.CatchUp[n-1], m.Versions[0]) {
+		return fmt.Errorf("feed.json: catch_up delta %d gives content_sha256 %s, its snapshot %s", snap, m.CatchUp[n-1].ContentSHA256, m.Versions[0].ContentSHA256)
 	}
 	return nil
+}
+
+// checkChain checks that delta v builds on prev's content, where both name
+// it: a manifest whose deltas do not chain would let a client apply a delta
+// to a content it was not made for.
+func checkChain(prev, v Version, what string) error {
+	if prev.ContentSHA256 != "" && v.BaseSHA256 != "" && prev.ContentSHA256 != v.BaseSHA256 {
+		return fmt.Errorf("feed.json: %sversion %d builds on base_sha256 %s, but version %d has content_sha256 %s",
+			what, v.Version, v.BaseSHA256, prev.Version, prev.ContentSHA256)
+	}
+	return nil
+}
+
+// sameContent reports whether a and b, where both name their content, name
+// the same.
+func sameContent(a, b Version) bool {
+	return a.ContentSHA256 == "" || b.ContentSHA256 == "" || a.ContentSHA256 == b.ContentSHA256
 }
 
 func (v *Version) checkFile(what string) error {
@@ -128,6 +174,10 @@ func (v *Version) checkFile(what string) error {
 		return fmt.Errorf("feed.json: %sversion %d: sha256 %q is not 64 hex digits", what, v.Version, v.SHA256)
 	case v.Entries < 0:
 		return fmt.Errorf("feed.json: %sversion %d: negative entries", what, v.Version)
+	case v.ContentSHA256 != "" && !validSHA256(v.ContentSHA256):
+		return fmt.Errorf("feed.json: %sversion %d: content_sha256 %q is not 64 hex digits", what, v.Version, v.ContentSHA256)
+	case v.BaseSHA256 != "" && !validSHA256(v.BaseSHA256):
+		return fmt.Errorf("feed.json: %sversion %d: base_sha256 %q is not 64 hex digits", what, v.Version, v.BaseSHA256)
 	}
 	return nil
 }
@@ -144,31 +194,109 @@ func (m *Manifest) Files() []string {
 	return out
 }
 
-// Plan is what a client at version have downloads to reach the latest
-// version, in order: the deltas after have when the manifest has them all
-// (in Versions, or in CatchUp for a client one or two versions before the
-// snapshot), else the snapshot and every delta after it. A client at the
-// latest version downloads nothing; one ahead of it (a feed rebuilt from
-// scratch) starts over from the snapshot. m must be valid.
-func (m *Manifest) Plan(have int64) []Version {
-	latest, snap := m.Latest(), m.Versions[0].Version
-	switch {
-	case have == latest:
-		return nil
-	case have >= snap && have < latest:
-		return m.Versions[have-snap+1:]
-	case have > 0 && have < snap:
-		var run []Version
-		for _, v := range m.CatchUp {
-			if v.Version > have {
-				run = append(run, v)
-			}
-		}
-		if len(run) > 0 && run[0].Version == have+1 {
-			return append(run, m.Versions[1:]...)
-		}
+// Plan is what a client holding held downloads to reach the latest
+// version, in order: the deltas DeltasFrom proves apply to it, else the
+// snapshot and every delta after it. m must be valid.
+func (m *Manifest) Plan(held Version) []Version {
+	if run, c := m.DeltasFrom(held, len(m.Versions)); c == Continues {
+		return run
 	}
 	return m.Versions
+}
+
+// Continuity is what a manifest says about a client's held version.
+type Continuity int
+
+const (
+	// Continues: the deltas returned apply to the held content (none when
+	// it is the target's).
+	Continues Continuity = iota
+	// Unlisted: the manifest does not list the deltas after the held
+	// version (it is too old, or newer than the target).
+	Unlisted
+	// Unproven: it lists them, but one side lacks the content checksum
+	// (a manifest written, or a version loaded, before the field existed).
+	Unproven
+	// Diverged: the held version is of another history (its version with
+	// another content, or, without content checksums, another file).
+	Diverged
+)
+
+// DeltasFrom says whether the manifest proves a way from held to
+// Versions[n-1] (1 ≤ n ≤ len(Versions); m must be valid) by deltas alone:
+// Continues, with the deltas, when the first one's BaseSHA256 is held's
+// ContentSHA256 (no deltas, when held is the target with its content). The
+// deltas come from Versions, or from CatchUp for a client one or two
+// versions before the snapshot. Any other answer means the snapshot and the
+// deltas after it.
+//
+// A manifest without content checksums proves no delta; the only check it
+// allows is today's: a held version listed as the target with the same file
+// checksum is kept (Continues, no deltas).
+func (m *Manifest) DeltasFrom(held Version, n int) ([]Version, Continuity) {
+	target := m.Versions[n-1]
+	switch {
+	case held.Version > target.Version:
+		return nil, Unlisted
+	case held.Version == target.Version:
+		same := held.SHA256 == target.SHA256
+		if held.ContentSHA256 != "" && target.ContentSHA256 != "" {
+			same = held.ContentSHA256 == target.ContentSHA256
+		}
+		if !same {
+			return nil, Diverged
+		}
+		return nil, Continues
+	}
+	var run []Version
+	if snap := m.Versions[0].Version; held.Version >= snap {
+		run = m.Versions[held.Version-snap+1 : n]
+	} else if run = m.catchUp(held.Version); run == nil {
+		return nil, Unlisted
+	} else {
+		run = append(run, m.Versions[1:n]...)
+	}
+	switch first := run[0]; {
+	case held.ContentSHA256 == "" || first.BaseSHA256 == "":
+		return nil, Unproven
+	case held.ContentSHA256 != first.BaseSHA256:
+		return nil, Diverged
+	}
+	return run, Continues
+}
+
+// catchUp returns the catch-up deltas that lead from version have to the
+// snapshot, or nil when CatchUp has no such run.
+func (m *Manifest) catchUp(have int64) []Version {
+	var run []Version
+	for _, v := range m.CatchUp {
+		if v.Version > have {
+			run = append(run, v)
+		}
+	}
+	if len(run) == 0 || run[0].Version != have+1 || run[len(run)-1].Version != m.Versions[0].Version {
+		return nil
+	}
+	return run
+}
+
+// ContentSHA256 is the content checksum of a version whose full key set
+// is lines (no removals): the SHA-256 of the lines as a snapshot writes
+// them, sorted by key, uncompressed. lines are sorted here if they are
+// not already.
+func ContentSHA256(lines []Line) string {
+	byKey := func(a, b Line) int { return strings.Compare(a.Key(), b.Key()) }
+	if !slices.IsSortedFunc(lines, byKey) {
+		lines = slices.Clone(lines)
+		slices.SortFunc(lines, byKey)
+	}
+	h := sha256.New()
+	var buf []byte
+	for _, l := range lines {
+		buf = AppendLine(buf[:0], l)
+		h.Write(buf)
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 func validSHA256(s string) bool {

@@ -2,9 +2,12 @@ package feed
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -88,6 +91,11 @@ func TestManifestValidate(t *testing.T) {
 		"path":            func(m *Manifest) { m.Versions[1].File = "../etc/passwd" },
 		"sum":             func(m *Manifest) { m.Versions[0].SHA256 = "AB" },
 		"zero":            func(m *Manifest) { m.Versions = m.Versions[:1]; m.Versions[0].Version = 0 },
+		"content sum":     func(m *Manifest) { m.Versions[0].ContentSHA256 = "AB" },
+		"base sum":        func(m *Manifest) { m.Versions[1].BaseSHA256 = strings.Repeat("g", 64) },
+		"broken chain": func(m *Manifest) {
+			m.Versions[0].ContentSHA256, m.Versions[1].BaseSHA256 = strings.Repeat("1", 64), strings.Repeat("2", 64)
+		},
 	} {
 		m := good()
 		mod(m)
@@ -116,17 +124,142 @@ func FuzzParseLine(f *testing.F) {
 	})
 }
 
-// FuzzDecodeManifest: never a panic; what decodes is valid.
+// FuzzDecodeManifest: never a panic; what decodes is valid, and from any
+// held version DeltasFrom either refuses or gives a run of deltas that
+// starts on the held content, chains, and ends at the target.
 func FuzzDecodeManifest(f *testing.F) {
-	f.Add([]byte(`{"v":1,"name":"x","versions":[{"version":1,"type":"snapshot","file":"snapshot_1.gz","sha256":"` + strings.Repeat("0", 64) + `","entries":1}]}`))
-	f.Add([]byte(`{"v":1}`))
-	f.Add([]byte(`null`))
-	f.Fuzz(func(t *testing.T, data []byte) {
+	z, a, b, c := strings.Repeat("0", 64), strings.Repeat("a", 64), strings.Repeat("b", 64), strings.Repeat("c", 64)
+	f.Add([]byte(`{"v":1,"name":"x","versions":[{"version":1,"type":"snapshot","file":"snapshot_1.gz","sha256":"`+z+`","entries":1}]}`), int64(1), "")
+	f.Add([]byte(`{"v":1}`), int64(0), "")
+	f.Add([]byte(`null`), int64(0), "")
+	// With the lineage fields: a snapshot, a delta, and the catch-up deltas
+	// written beside the snapshot.
+	f.Add([]byte(`{"v":1,"name":"x","versions":[`+
+		`{"version":4,"type":"snapshot","file":"snapshot_4.gz","sha256":"`+z+`","entries":2,"content_sha256":"`+b+`"},`+
+		`{"version":5,"type":"delta","file":"delta_5.gz","sha256":"`+z+`","entries":1,"content_sha256":"`+c+`","base_sha256":"`+b+`"}],`+
+		`"catch_up":[{"version":3,"type":"delta","file":"delta_3.gz","sha256":"`+z+`","entries":1,"content_sha256":"`+a+`","base_sha256":"`+z+`"},`+
+		`{"version":4,"type":"delta","file":"delta_4.gz","sha256":"`+z+`","entries":1,"content_sha256":"`+b+`","base_sha256":"`+a+`"}]}`), int64(2), z)
+	f.Add([]byte(`{"v":1,"name":"x","versions":[{"version":1,"type":"snapshot","file":"s","sha256":"`+z+`","content_sha256":"`+a+`"},`+
+		`{"version":2,"type":"delta","file":"d","sha256":"`+z+`","base_sha256":"`+b+`"}]}`), int64(1), a)
+	f.Fuzz(func(t *testing.T, data []byte, heldVersion int64, heldContent string) {
 		m, err := DecodeManifest(data)
-		if err == nil && m.Validate() != nil {
+		if err != nil {
+			return
+		}
+		if m.Validate() != nil {
 			t.Fatal("decoded an invalid manifest")
 		}
+		held := Version{Version: heldVersion, ContentSHA256: heldContent}
+		for n := 1; n <= len(m.Versions); n++ {
+			target := m.Versions[n-1]
+			run, cont := m.DeltasFrom(held, n)
+			if cont != Continues {
+				if run != nil {
+					t.Fatalf("%v with deltas %v", cont, run)
+				}
+				continue
+			}
+			if len(run) == 0 {
+				if held.Version != target.Version {
+					t.Fatalf("nothing to apply from %d to %d", held.Version, target.Version)
+				}
+				continue
+			}
+			if held.ContentSHA256 == "" || run[0].BaseSHA256 != held.ContentSHA256 || run[0].Version != held.Version+1 {
+				t.Fatalf("deltas %+v onto %+v", run[0], held)
+			}
+			for i, v := range run {
+				if v.Type != TypeDelta || (i > 0 && (v.Version != run[i-1].Version+1 || checkChain(run[i-1], v, "") != nil)) {
+					t.Fatalf("run %+v", run)
+				}
+			}
+			if last := run[len(run)-1]; last.Version != target.Version || !sameContent(last, target) {
+				t.Fatalf("run ends at %+v, target %+v", last, target)
+			}
+		}
+		if got := m.Plan(held); len(got) == 0 && held.Version != m.Latest() {
+			t.Fatalf("empty plan from %d to %d", held.Version, m.Latest())
+		}
 	})
+}
+
+// TestDeltasFrom: deltas only onto the content they build on; a held
+// version of another history, or one the manifest cannot vouch for, means
+// the snapshot.
+func TestDeltasFrom(t *testing.T) {
+	z := strings.Repeat("0", 64)
+	sum := func(c byte) string { return strings.Repeat(string(c), 64) }
+	v := func(n int64, typ string, base, content byte) Version {
+		x := Version{Version: n, Type: typ, File: FileName(typ, n), SHA256: sum(byte('0' + n))}
+		if base != 0 {
+			x.BaseSHA256 = sum(base)
+		}
+		if content != 0 {
+			x.ContentSHA256 = sum(content)
+		}
+		return x
+	}
+	// History a→b→c→d, snapshot at 4 (content d), delta 5 (content e);
+	// catch-up deltas 3 (b→c) and 4 (c→d).
+	m := &Manifest{V: 1, Name: "t",
+		Versions: []Version{v(4, TypeSnapshot, 0, 'd'), v(5, TypeDelta, 'd', 'e')},
+		CatchUp:  []Version{v(3, TypeDelta, 'b', 'c'), v(4, TypeDelta, 'c', 'd')}}
+	if err := m.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	old := &Manifest{V: 1, Name: "t", Versions: []Version{v(4, TypeSnapshot, 0, 0), v(5, TypeDelta, 0, 0)}}
+	held := func(n int64, content byte) Version {
+		x := Version{Version: n, SHA256: z}
+		if content != 0 {
+			x.ContentSHA256 = sum(content)
+		}
+		return x
+	}
+	withSum := func(x Version, s string) Version { x.SHA256 = s; return x }
+	for _, tc := range []struct {
+		name string
+		m    *Manifest
+		held Version
+		n    int
+		want Continuity
+		run  string
+	}{
+		{"listed, same content", m, held(4, 'd'), 2, Continues, "5"},
+		{"catch-up from 2", m, held(2, 'b'), 2, Continues, "3 4 5"},
+		{"catch-up from 3", m, held(3, 'c'), 1, Continues, "4"},
+		{"the target", m, held(5, 'e'), 2, Continues, ""},
+		{"catch-up from another history", m, held(3, 'x'), 2, Diverged, ""},
+		{"listed, another history", m, held(4, 'x'), 2, Diverged, ""},
+		{"the target's version, another content", m, held(5, 'x'), 2, Diverged, ""},
+		{"held without content", m, held(4, 0), 2, Unproven, ""},
+		{"too old", m, held(1, 'a'), 2, Unlisted, ""},
+		{"newer", m, held(6, 'f'), 2, Unlisted, ""},
+		{"old manifest, deltas", old, withSum(held(4, 'd'), old.Versions[0].SHA256), 2, Unproven, ""},
+		{"old manifest, the target with its file", old, withSum(held(5, 'e'), old.Versions[1].SHA256), 2, Continues, ""},
+		{"old manifest, the target with another file", old, held(5, 'e'), 2, Diverged, ""},
+	} {
+		run, got := tc.m.DeltasFrom(tc.held, tc.n)
+		var vs []string
+		for _, x := range run {
+			vs = append(vs, strconv.FormatInt(x.Version, 10))
+		}
+		if got != tc.want || strings.Join(vs, " ") != tc.run {
+			t.Errorf("%s: %v %q, want %v %q", tc.name, got, vs, tc.want, tc.run)
+		}
+	}
+}
+
+// TestContentSHA256: the checksum of a key set, whatever the order of its
+// lines, is the SHA-256 of its snapshot lines sorted by key.
+func TestContentSHA256(t *testing.T) {
+	lines := []Line{{Name: "b.com", Codes: []uint16{2}}, {Name: "a.com", Path: "/x", Codes: []uint16{1, 3}}, {Name: "a.com", Codes: []uint16{1}}}
+	sum := sha256.Sum256([]byte("a.com\t1\na.com/x\t1,3\nb.com\t2\n"))
+	if got := ContentSHA256(lines); got != hex.EncodeToString(sum[:]) {
+		t.Fatalf("ContentSHA256 = %s", got)
+	}
+	if lines[0].Name != "b.com" {
+		t.Fatal("ContentSHA256 sorted its argument")
+	}
 }
 
 func TestNormalizeName(t *testing.T) {
@@ -195,6 +328,12 @@ func TestManifestCatchUp(t *testing.T) {
 		"catch-up path":                       func(m *Manifest) { m.CatchUp[1].File = "../x" },
 		"catch-up sum":                        func(m *Manifest) { m.CatchUp[1].SHA256 = "x" },
 		"no snapshot first":                   func(m *Manifest) { m.Versions[0].Type = "delta" },
+		"catch-up chain": func(m *Manifest) {
+			m.CatchUp[0].ContentSHA256, m.CatchUp[1].BaseSHA256 = strings.Repeat("1", 64), strings.Repeat("2", 64)
+		},
+		"catch-up not the snapshot's content": func(m *Manifest) {
+			m.CatchUp[1].ContentSHA256, m.Versions[0].ContentSHA256 = strings.Repeat("1", 64), strings.Repeat("2", 64)
+		},
 	} {
 		m := good
 		m.CatchUp = slices.Clone(good.CatchUp)

@@ -136,7 +136,8 @@ func Build(ctx context.Context, cfg BuildConfig) (*BuildResult, error) {
 		return res, nil
 	}
 
-	snapData, err := encodeLines(content.snapshotLines())
+	snapLines := content.snapshotLines()
+	snapData, err := encodeLines(snapLines)
 	if err != nil {
 		return nil, err
 	}
@@ -154,10 +155,18 @@ func Build(ctx context.Context, cfg BuildConfig) (*BuildResult, error) {
 	if prev != nil {
 		n = prev.Manifest.Latest() + 1
 	}
+	// The lineage: the new content's checksum on both files of version n,
+	// and on the delta the checksum of the content it applies to — the
+	// previous version as Load read it back, so a directory written before
+	// the fields existed gets them from its next build on.
+	contentSum := feed.ContentSHA256(snapLines)
 	delta := feed.Version{Version: n, Type: feed.TypeDelta, File: feed.FileName(feed.TypeDelta, n),
-		SHA256: sha256Hex(deltaData), Entries: len(lines), CreatedAt: created}
+		SHA256: sha256Hex(deltaData), Entries: len(lines), CreatedAt: created, ContentSHA256: contentSum}
+	if prev != nil {
+		delta.BaseSHA256 = prev.ContentSHA256
+	}
 	snapshot := feed.Version{Version: n, Type: feed.TypeSnapshot, File: feed.FileName(feed.TypeSnapshot, n),
-		SHA256: sha256Hex(snapData), Entries: len(content), CreatedAt: created}
+		SHA256: sha256Hex(snapData), Entries: len(content), CreatedAt: created, ContentSHA256: contentSum}
 
 	next := &feed.Manifest{V: feed.FormatVersion, Name: cfg.Name}
 	if prev == nil || cfg.Snapshot || !deltaPays(cfg.Dir, prev.Manifest, res.DeltaSize, res.SnapshotSize) {

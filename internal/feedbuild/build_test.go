@@ -105,7 +105,7 @@ func checkDir(t *testing.T, dir string, want Content, history map[int64]Content)
 	get, _ := newGetter(LoadConfig{Dir: dir})
 	for v, c := range history {
 		client := &Feed{Content: maps.Clone(c)}
-		plan := m.Plan(v)
+		plan := m.Plan(heldAt(history, v))
 		if err := client.apply(context.Background(), get, plan); err != nil {
 			t.Fatalf("client at %d: %v", v, err)
 		}
@@ -114,6 +114,12 @@ func checkDir(t *testing.T, dir string, want Content, history map[int64]Content)
 		}
 	}
 	return m
+}
+
+// heldAt is what a client that loaded version v of history holds, as the
+// manifest's entry for v names it.
+func heldAt(history map[int64]Content, v int64) feed.Version {
+	return feed.Version{Version: v, ContentSHA256: feed.ContentSHA256(history[v].snapshotLines())}
 }
 
 func versionsOf(vs []feed.Version) string {
@@ -191,10 +197,10 @@ func TestBuildSequence(t *testing.T) {
 	step(names(1, 1999)+"new3.example\n", true, "snapshot", "snapshot:4", "delta:3 delta:4",
 		[]string{"delta_2.gz", "delta_3.gz", "delta_4.gz", "snapshot_1.gz", "snapshot_4.gz"})
 	m4 := readManifest(t, dir)
-	if p := m4.Plan(2); versionsOf(p) != "delta:3 delta:4" {
+	if p := m4.Plan(heldAt(history, 2)); versionsOf(p) != "delta:3 delta:4" {
 		t.Fatalf("plan from 2: %s", versionsOf(p))
 	}
-	if p := m4.Plan(1); versionsOf(p) != "snapshot:4" {
+	if p := m4.Plan(heldAt(history, 1)); versionsOf(p) != "snapshot:4" {
 		t.Fatalf("plan from 1: %s", versionsOf(p))
 	}
 	step(names(1, 1999)+"new4.example\n", false, "delta", "snapshot:4 delta:5", "delta:3 delta:4",
@@ -205,7 +211,7 @@ func TestBuildSequence(t *testing.T) {
 	if !slices.Equal(r.Pruned, []string{"delta_2.gz", "snapshot_1.gz"}) {
 		t.Fatalf("pruned %q", r.Pruned)
 	}
-	if got := readManifest(t, dir).Plan(3); versionsOf(got) != "delta:4 delta:5 delta:6" {
+	if got := readManifest(t, dir).Plan(heldAt(history, 3)); versionsOf(got) != "delta:4 delta:5 delta:6" {
 		t.Fatalf("plan from 3: %s", versionsOf(got))
 	}
 	codes, err := os.ReadFile(filepath.Join(dir, feed.CodesFile))

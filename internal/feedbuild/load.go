@@ -29,6 +29,9 @@ type Feed struct {
 	Manifest *feed.Manifest
 	Codes    *feed.Codes
 	Content  Content
+	// ContentSHA256 is Content's checksum (feed.ContentSHA256), which Load
+	// checks against the manifest's latest entry when it names one.
+	ContentSHA256 string
 }
 
 // Title is the title feed-codes.json gives code, or "".
@@ -62,6 +65,11 @@ func Load(ctx context.Context, cfg LoadConfig) (*Feed, error) {
 	f := &Feed{Manifest: m, Content: Content{}}
 	if err := f.apply(ctx, get, m.Versions); err != nil {
 		return nil, err
+	}
+	f.ContentSHA256 = feed.ContentSHA256(f.Content.snapshotLines())
+	if want := m.Versions[len(m.Versions)-1].ContentSHA256; want != "" && want != f.ContentSHA256 {
+		return nil, fmt.Errorf("version %d: the snapshot and deltas give content_sha256 %s, but the manifest says %s: a file was replaced or the manifest is wrong",
+			m.Latest(), f.ContentSHA256, want)
 	}
 	switch data, err := get(ctx, feed.CodesFile); {
 	case errors.Is(err, fs.ErrNotExist):
