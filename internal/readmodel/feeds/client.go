@@ -413,6 +413,7 @@ type feedState struct {
 	lastLogged     string    // the failure last logged, so each is logged once
 	loggedPending  int64     // the held-back version last logged
 	nameWarned     bool
+	unprovenLogged bool // the snapshot-instead-of-unproven-deltas warning was logged
 
 	mu     sync.Mutex
 	status FeedStatus

@@ -212,10 +212,7 @@ func TestCatchUpToASnapshot(t *testing.T) {
 	e.c.mustPoll()
 	d2 := e.d.delta(putLine("b.example", 2)) // 2, which the node misses
 	// Version 3 is a snapshot; delta_3 (the change from 2) is written beside it.
-	delta3 := gzLines(putLine("c.example", 3))
-	e.d.write(feed.FileName(feed.TypeDelta, 3), delta3)
-	e.d.catchUp = []feed.Version{d2, {Version: 3, Type: feed.TypeDelta, File: feed.FileName(feed.TypeDelta, 3),
-		SHA256: sha256Hex(delta3), Entries: 1}}
+	e.d.catchUp = []feed.Version{d2, e.d.catchUpDelta(putLine("c.example", 3))}
 	e.d.snapshot(putLine("a.example", 1), putLine("b.example", 2), putLine("c.example", 3))
 	e.requests()
 	e.c.mustPoll()
@@ -423,6 +420,35 @@ func TestBackwardsThenRollback(t *testing.T) {
 	}
 }
 
+// TestSecondRollbackWaitsAgain: after a rollback, a directory that goes
+// back once more is again taken for a stale mirror for RollbackAfter, not
+// followed at once because the first one was.
+func TestSecondRollbackWaitsAgain(t *testing.T) {
+	clock := newFakeClock()
+	e := newClientEnv(t, "dir", func(c *Config) { c.Clock = clock.Now; c.RollbackAfter = time.Minute })
+	e.d.snapshot(putLine("a.example", 1))
+	v1 := e.d.manifest()
+	e.d.delta(putLine("b.example", 2))
+	v2 := e.d.manifest()
+	e.d.delta(putLine("c.example", 3))
+	e.c.mustPoll()
+
+	e.d.writeManifest(v2)
+	if err := e.c.pollAll(); reasonOf(err) != reasonBackwards {
+		t.Fatalf("poll: %v, want a backwards failure", err)
+	}
+	clock.Advance(time.Minute)
+	e.c.mustPoll()
+	if v := e.c.version("ads"); v != 2 {
+		t.Fatalf("version %d after the rollback, want 2", v)
+	}
+	e.d.writeManifest(v1)
+	if err := e.c.pollAll(); reasonOf(err) != reasonBackwards {
+		t.Fatalf("poll after the rollback: %v, want a backwards failure", err)
+	}
+	expectCodes(t, e.c, "b.example", "ads:2")
+}
+
 func TestDelay(t *testing.T) {
 	clock := newFakeClock()
 	d := newFeedDir(t, "ads")
@@ -535,7 +561,7 @@ func TestReadyNeedsEveryFeed(t *testing.T) {
 		t.Fatalf("status JSON %s", js)
 	}
 
-	later := &feedDir{t: t, dir: missing, name: "later", next: 1, now: time.Now}
+	later := &feedDir{t: t, dir: missing, name: "later", next: 1, now: time.Now, contents: map[int64]map[string][]uint16{}}
 	if err := os.Mkdir(missing, 0o755); err != nil {
 		t.Fatal(err)
 	}

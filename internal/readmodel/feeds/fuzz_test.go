@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/url"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -56,14 +57,25 @@ func FuzzDecodeFile(f *testing.F) {
 // FuzzPlanUpdate: whatever the manifest, the held version and the delay,
 // a plan fetches a contiguous run of versions that ends at its target and
 // starts either right after the held version (deltas, only when the
-// manifest lists the held version with its checksum) or at the snapshot.
+// manifest proves the first builds on the content held) or at the
+// snapshot. heldContent picks the held content checksum: 0 none (loaded
+// from an older manifest), 1 the manifest's for that version, else
+// another history's.
 func FuzzPlanUpdate(f *testing.F) {
 	s := strings.Repeat("a", 64)
+	b, c := strings.Repeat("b", 64), strings.Repeat("c", 64)
 	f.Add([]byte(`{"v":1,"name":"x","versions":[{"version":3,"type":"snapshot","file":"s","sha256":"`+s+`","created_at":"2026-03-01T11:00:00Z"},{"version":4,"type":"delta","file":"d","sha256":"`+s+`","created_at":"2026-03-01T11:59:00Z"}]}`),
-		int64(3), true, uint16(30))
+		int64(3), true, uint8(0), uint16(30))
 	f.Add([]byte(`{"v":1,"name":"x","versions":[{"version":1,"type":"snapshot","file":"s","sha256":"`+s+`"}]}`),
-		int64(7), false, uint16(0))
-	f.Fuzz(func(t *testing.T, manifest []byte, heldVersion int64, sameSum bool, delayMinutes uint16) {
+		int64(7), false, uint8(0), uint16(0))
+	f.Add([]byte(`{"v":1,"name":"x","versions":[{"version":3,"type":"snapshot","file":"s","sha256":"`+s+`","content_sha256":"`+b+`"},`+
+		`{"version":4,"type":"delta","file":"d","sha256":"`+s+`","content_sha256":"`+c+`","base_sha256":"`+b+`"}],`+
+		`"catch_up":[{"version":3,"type":"delta","file":"d3","sha256":"`+s+`","content_sha256":"`+b+`","base_sha256":"`+s+`"}]}`),
+		int64(2), true, uint8(1), uint16(0))
+	f.Add([]byte(`{"v":1,"name":"x","versions":[{"version":3,"type":"snapshot","file":"s","sha256":"`+s+`","content_sha256":"`+b+`"},`+
+		`{"version":4,"type":"delta","file":"d","sha256":"`+s+`","content_sha256":"`+c+`","base_sha256":"`+b+`"}]}`),
+		int64(3), true, uint8(2), uint16(0))
+	f.Fuzz(func(t *testing.T, manifest []byte, heldVersion int64, sameSum bool, heldContent uint8, delayMinutes uint16) {
 		m, err := feed.DecodeManifest(manifest)
 		if err != nil {
 			return
@@ -73,9 +85,18 @@ func FuzzPlanUpdate(f *testing.F) {
 		var held *feed.Version
 		if heldVersion > 0 {
 			held = &feed.Version{Version: heldVersion, SHA256: strings.Repeat("f", 64)}
-			for _, v := range m.Versions {
+			if heldContent > 1 {
+				held.ContentSHA256 = strings.Repeat("e", 64)
+			}
+			for _, v := range slices.Concat(m.CatchUp, m.Versions) {
 				if v.Version == heldVersion && sameSum {
 					held.SHA256 = v.SHA256
+				}
+				switch {
+				case heldContent == 1 && v.Version == heldVersion && v.ContentSHA256 != "":
+					held.ContentSHA256 = v.ContentSHA256
+				case heldContent == 1 && v.Version == heldVersion+1 && v.BaseSHA256 != "" && held.ContentSHA256 == "":
+					held.ContentSHA256 = v.BaseSHA256
 				}
 			}
 		}
@@ -93,7 +114,7 @@ func FuzzPlanUpdate(f *testing.F) {
 			t.Fatalf("target %d, newest eligible %d", p.target.Version, m.Versions[p.eligible-1].Version)
 		}
 		contiguous := func(first int64) {
-			if len(p.files) == 0 || p.files[0].Version != first || p.files[len(p.files)-1] != p.target {
+			if len(p.files) == 0 || p.files[0].Version != first || p.files[len(p.files)-1].Version != p.target.Version {
 				t.Fatalf("plan %v fetches %v, want %d to %d", p.kind, p.files, first, p.target.Version)
 			}
 			for i := 1; i < len(p.files); i++ {
@@ -104,18 +125,25 @@ func FuzzPlanUpdate(f *testing.F) {
 		}
 		switch p.kind {
 		case planNone:
-			if held == nil || held.Version != p.target.Version || p.diverged {
+			if held == nil || held.Version != p.target.Version || p.continuity != feed.Continues {
 				t.Fatalf("nothing to do while holding %v with target %d", held, p.target.Version)
 			}
+			if held.ContentSHA256 != "" && p.target.ContentSHA256 != "" && held.ContentSHA256 != p.target.ContentSHA256 {
+				t.Fatalf("kept %v as target %v", held, p.target)
+			}
 		case planDeltas:
-			if held == nil || !sameSum {
-				t.Fatalf("deltas onto %v (same checksum %v)", held, sameSum)
+			if held == nil || held.ContentSHA256 == "" || p.files[0].BaseSHA256 != held.ContentSHA256 {
+				t.Fatalf("deltas %v onto %v", p.files, held)
 			}
 			contiguous(held.Version + 1)
 		case planSnapshot:
 			contiguous(m.Versions[0].Version)
-			if held != nil && held.Version >= m.Versions[0].Version && held.Version <= p.target.Version && sameSum {
-				t.Fatalf("a snapshot reload though the held version %d is listed", held.Version)
+			if p.files[0] != m.Versions[0] {
+				t.Fatalf("snapshot plan starts with %v", p.files[0])
+			}
+			if held != nil && heldContent == 1 && held.ContentSHA256 != "" && held.Version >= m.Versions[0].Version &&
+				held.Version < p.target.Version && m.Versions[held.Version-m.Versions[0].Version+1].BaseSHA256 == held.ContentSHA256 {
+				t.Fatalf("a snapshot reload though the manifest's deltas build on the held version %d", held.Version)
 			}
 		case planBackwards:
 			if held == nil || p.target.Version >= held.Version {

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -71,18 +72,20 @@ func sha256Hex(data []byte) string {
 // feedDir builds a feed directory the way `svc-pf feed build` does: files
 // first, feed.json last by atomic rename.
 type feedDir struct {
-	catchUp  []feed.Version // the manifest's catch_up, as feed build writes it
-	t        testing.TB
-	dir      string
-	name     string
-	versions []feed.Version // the manifest's, oldest first
-	next     int64
-	codes    []feed.Code
-	now      func() time.Time // created_at of new versions
+	catchUp   []feed.Version                // the manifest's catch_up, as feed build writes it
+	contents  map[int64]map[string][]uint16 // each version's full key set, when its file decodes
+	noLineage bool                          // publish manifests without content_sha256 and base_sha256, as feed build did before them
+	t         testing.TB
+	dir       string
+	name      string
+	versions  []feed.Version // the manifest's, oldest first
+	next      int64
+	codes     []feed.Code
+	now       func() time.Time // created_at of new versions
 }
 
 func newFeedDir(t testing.TB, name string) *feedDir {
-	return &feedDir{t: t, dir: t.TempDir(), name: name, next: 1, now: time.Now,
+	return &feedDir{t: t, dir: t.TempDir(), name: name, next: 1, now: time.Now, contents: map[int64]map[string][]uint16{},
 		codes: []feed.Code{{Code: 1, Title: "Ads"}, {Code: 2, Title: "Tracking"}, {Code: 3, Title: "Malware"}, {Code: 4, Title: "Adult"}}}
 }
 
@@ -117,31 +120,90 @@ func (d *feedDir) delta(lines ...feed.Line) feed.Version {
 }
 
 // addRaw adds the next version with the given file bytes (which may be
-// broken on purpose), lists their true SHA-256, and publishes.
+// broken on purpose), lists their true SHA-256 and its lineage, and
+// publishes.
 func (d *feedDir) addRaw(typ string, data []byte, entries int) feed.Version {
 	d.t.Helper()
-	v := feed.Version{Version: d.next, Type: typ, File: feed.FileName(typ, d.next), SHA256: sha256Hex(data),
-		Entries: entries, CreatedAt: d.now().UTC()}
+	v := d.version(typ, d.next, data, entries)
 	d.next++
-	d.write(v.File, data)
 	d.versions = append(d.versions, v)
 	d.publish()
 	return v
+}
+
+// catchUpDelta writes the next version's delta as feed build writes it
+// beside a snapshot, without listing or publishing it: the caller puts it
+// in catchUp and then adds the snapshot.
+func (d *feedDir) catchUpDelta(lines ...feed.Line) feed.Version {
+	d.t.Helper()
+	return d.version(feed.TypeDelta, d.next, gzLines(lines...), len(lines))
+}
+
+// version writes the file of version n and returns its manifest entry:
+// the content checksum as feed build gives it, over the content of version
+// n-1 for a delta; none when the file does not decode (a broken version,
+// which nothing may build on either).
+func (d *feedDir) version(typ string, n int64, data []byte, entries int) feed.Version {
+	d.t.Helper()
+	v := feed.Version{Version: n, Type: typ, File: feed.FileName(typ, n), SHA256: sha256Hex(data),
+		Entries: entries, CreatedAt: d.now().UTC()}
+	d.write(v.File, data)
+	prev, ok := d.contents[n-1]
+	if typ == feed.TypeDelta && ok {
+		v.BaseSHA256 = contentSum(prev)
+	}
+	next := map[string][]uint16{}
+	if typ == feed.TypeDelta {
+		next = maps.Clone(prev)
+	}
+	err := decodeFile(data, typ == feed.TypeDelta, 1<<30, func(l feed.Line) error {
+		if l.Remove {
+			delete(next, l.Key())
+		} else {
+			next[l.Key()] = l.Codes
+		}
+		return nil
+	})
+	delete(d.contents, n)
+	if err == nil && (typ == feed.TypeSnapshot || ok) {
+		d.contents[n] = next
+		v.ContentSHA256 = contentSum(next)
+	}
+	return v
+}
+
+// contentSum is feed.ContentSHA256 of a key set.
+func contentSum(c map[string][]uint16) string {
+	lines := make([]feed.Line, 0, len(c))
+	for k, codes := range c {
+		name, p, err := feed.ParseKey(k)
+		if err != nil {
+			panic(err)
+		}
+		lines = append(lines, feed.Line{Name: name, Path: p, Codes: codes})
+	}
+	return feed.ContentSHA256(lines)
 }
 
 // replaceLast rewrites the newest version's file, checksum and entries (a
 // publisher fixing a bad build) and publishes.
 func (d *feedDir) replaceLast(lines ...feed.Line) {
 	d.t.Helper()
-	data := gzLines(lines...)
-	v := &d.versions[len(d.versions)-1]
-	v.SHA256, v.Entries = sha256Hex(data), len(lines)
-	d.write(v.File, data)
+	last := &d.versions[len(d.versions)-1]
+	*last = d.version(last.Type, last.Version, gzLines(lines...), len(lines))
 	d.publish()
 }
 
 func (d *feedDir) manifest() feed.Manifest {
-	return feed.Manifest{V: feed.FormatVersion, Name: d.name, Versions: slices.Clone(d.versions), CatchUp: slices.Clone(d.catchUp)}
+	m := feed.Manifest{V: feed.FormatVersion, Name: d.name, Versions: slices.Clone(d.versions), CatchUp: slices.Clone(d.catchUp)}
+	if d.noLineage {
+		for _, vs := range [][]feed.Version{m.Versions, m.CatchUp} {
+			for i := range vs {
+				vs[i].ContentSHA256, vs[i].BaseSHA256 = "", ""
+			}
+		}
+	}
+	return m
 }
 
 func (d *feedDir) publish() {

@@ -16,6 +16,7 @@ type metrics struct {
 	failures      *prometheus.CounterVec
 	updateSeconds *prometheus.HistogramVec
 	fetchedBytes  *prometheus.CounterVec
+	lineageResets *prometheus.CounterVec
 }
 
 // feedMetrics are one feed's series, resolved once.
@@ -26,6 +27,7 @@ type feedMetrics struct {
 	failures      [numReasons]prometheus.Counter
 	updateSeconds prometheus.Observer
 	fetchedBytes  prometheus.Counter
+	lineageResets prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -45,11 +47,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10)}, feed),
 		fetchedBytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "svcpf_feed_fetched_bytes_total",
 			Help: "Bytes of feed files read (manifests, codes, snapshots, deltas); unchanged polls add little."}, feed),
+		lineageResets: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "svcpf_feed_lineage_resets_total",
+			Help: "Updates that found the version held outside the manifest's history (a rebuilt or swapped directory) and loaded its snapshot instead of its deltas."}, feed),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.version, m.entries, m.lastSuccess, m.failures, m.updateSeconds, m.fetchedBytes} {
+	for _, c := range []prometheus.Collector{m.version, m.entries, m.lastSuccess, m.failures, m.updateSeconds, m.fetchedBytes, m.lineageResets} {
 		if err := reg.Register(c); err != nil {
 			return nil, errors.Join(errors.New("feeds: register metrics"), err)
 		}
@@ -67,6 +71,7 @@ func (m *metrics) feed(name string) *feedMetrics {
 		lastSuccess:   m.lastSuccess.WithLabelValues(name),
 		updateSeconds: m.updateSeconds.WithLabelValues(name),
 		fetchedBytes:  m.fetchedBytes.WithLabelValues(name),
+		lineageResets: m.lineageResets.WithLabelValues(name),
 	}
 	for r := range numReasons {
 		fm.failures[r] = m.failures.WithLabelValues(name, r.String())

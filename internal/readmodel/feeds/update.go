@@ -156,9 +156,18 @@ func (c *Client) update(ctx context.Context, f *feedState) (bool, error) {
 	} else {
 		f.backwardsSince = time.Time{}
 	}
-	if p.diverged {
-		f.log.Warn("feed.json lists the version held with another checksum: the directory was rebuilt; reloading it",
-			"version", held.Version)
+	switch p.continuity {
+	case feed.Diverged:
+		// Deltas over another history would leave a mix of both for good.
+		f.m.lineageResets.Inc()
+		f.log.Warn("feed.json's history does not contain the version held (another content_sha256, or file checksum): the directory was rebuilt or swapped; loading its snapshot instead of applying its deltas",
+			"held_version", held.Version, "held_content_sha256", held.ContentSHA256, "to_version", p.target.Version)
+	case feed.Unproven:
+		if !f.unprovenLogged {
+			f.unprovenLogged = true
+			f.log.Warn("feed.json does not prove that its deltas build on the version held (no content_sha256/base_sha256: an older feed build); loading its snapshot for each new version instead",
+				"held_version", held.Version, "to_version", p.target.Version)
+		}
 	}
 
 	codes, err := c.fetchCodes(ctx, f)
@@ -190,6 +199,9 @@ func (c *Client) update(ctx context.Context, f *feedState) (bool, error) {
 		next.from, next.index, next.loadedAt = p.target, ix, now
 	}
 	c.publish(f.pos, next)
+	// A rollback is done: the next older manifest is a new stale mirror
+	// until it, too, persists.
+	f.backwardsSince = time.Time{}
 	if p.kind != planNone {
 		from := int64(0)
 		if held != nil {
@@ -305,14 +317,18 @@ type plan struct {
 	target   feed.Version   // the version held afterwards (zero when none is applicable)
 	files    []feed.Version // to fetch, in order; for planBackwards the reload's
 	eligible int            // how many of the manifest's versions are old enough for the delay
-	diverged bool           // the held version is listed with another checksum
+	// why a held version is reloaded from the snapshot (feed.Continues
+	// otherwise): Diverged and Unproven are logged.
+	continuity feed.Continuity
 }
 
 // planUpdate decides how to go from held (nil: nothing loaded) to the
 // newest version of m that is at least delay old at now. The deltas after
-// the held version suffice when the manifest lists the held version with
-// the same checksum; otherwise the snapshot and the deltas after it are
-// loaded afresh.
+// the held version are applied only when the manifest proves they build on
+// the content held (feed.Manifest.DeltasFrom); otherwise the snapshot and
+// the deltas after it are loaded afresh. The version held afterwards is the
+// manifest's entry for the target, with its content checksum, so the next
+// poll can prove what it holds.
 func planUpdate(m *feed.Manifest, held *feed.Version, now time.Time, delay time.Duration) plan {
 	n := eligible(m.Versions, now, delay)
 	p := plan{eligible: n}
@@ -329,45 +345,16 @@ func planUpdate(m *feed.Manifest, held *feed.Version, now time.Time, delay time.
 		p.kind = planBackwards
 		return p
 	}
-	i := held.Version - m.Versions[0].Version // the held version's position, if listed
-	if i < 0 {
-		// Older than the snapshot: the manifest's catch-up deltas may lead
-		// from the held version to the snapshot (feed.Manifest.CatchUp),
-		// else only the snapshot will do. The version held afterwards is
-		// the manifest's entry for it, so the next poll finds it listed
-		// with the same checksum.
-		if run := catchUp(m, held.Version); run != nil {
-			p.kind, p.files = planDeltas, append(run, m.Versions[1:n]...)
-			return p
-		}
-		p.kind = planSnapshot
-		return p
-	}
-	if m.Versions[i].SHA256 != held.SHA256 {
-		p.kind, p.diverged = planSnapshot, true
-		return p
-	}
-	if i == int64(n-1) {
+	run, c := m.DeltasFrom(*held, n)
+	switch {
+	case c != feed.Continues:
+		p.kind, p.continuity = planSnapshot, c
+	case len(run) == 0:
 		p.kind, p.files = planNone, nil
-		return p
+	default:
+		p.kind, p.files = planDeltas, run
 	}
-	p.kind, p.files = planDeltas, m.Versions[i+1:n]
 	return p
-}
-
-// catchUp returns the catch-up deltas that lead from version have to the
-// manifest's snapshot, or nil when the manifest has no such run.
-func catchUp(m *feed.Manifest, have int64) []feed.Version {
-	var run []feed.Version
-	for _, v := range m.CatchUp {
-		if v.Version > have {
-			run = append(run, v)
-		}
-	}
-	if len(run) == 0 || run[0].Version != have+1 || run[len(run)-1].Version != m.Versions[0].Version {
-		return nil
-	}
-	return run
 }
 
 // eligible is how many of vs, from the first, are at least delay old. A
