@@ -52,7 +52,7 @@ const (
 // version, the deltas S-1 and S (oldest first; S-1 only when it exists):
 // `feed build` writes delta S beside snapshot S, so a client at S-1 or S-2
 // applies one or two small deltas instead of downloading the snapshot
-// (Plan). A reader that ignores the field downloads the snapshot: both are
+// (DeltasFrom). A reader that ignores the field downloads the snapshot: both are
 // correct.
 type Manifest struct {
 	V        int       `json:"v"`
@@ -192,16 +192,6 @@ func (m *Manifest) Files() []string {
 		out = append(out, v.File)
 	}
 	return out
-}
-
-// Plan is what a client holding held downloads to reach the latest
-// version, in order: the deltas DeltasFrom proves apply to it, else the
-// snapshot and every delta after it. m must be valid.
-func (m *Manifest) Plan(held Version) []Version {
-	if run, c := m.DeltasFrom(held, len(m.Versions)); c == Continues {
-		return run
-	}
-	return m.Versions
 }
 
 // Continuity is what a manifest says about a client's held version.

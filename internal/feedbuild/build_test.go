@@ -3,6 +3,7 @@ package feedbuild
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"maps"
 	"os"
@@ -95,6 +96,23 @@ func checkDir(t *testing.T, dir string, want Content, history map[int64]Content)
 			t.Fatalf("version %d: %s does not match its SHA-256", v.Version, v.File)
 		}
 	}
+	// The lineage: every entry's content checksum is its version's
+	// content, and a delta's base the content of the version before it.
+	contentAt := func(v int64) (Content, bool) {
+		if v == m.Latest() {
+			return want, true
+		}
+		c, ok := history[v]
+		return c, ok
+	}
+	for _, v := range slices.Concat(m.Versions, m.CatchUp) {
+		if c, ok := contentAt(v.Version); !ok || v.ContentSHA256 != feed.ContentSHA256(c.snapshotLines()) {
+			t.Fatalf("version %d (%s): content_sha256 %q is not its content's", v.Version, v.Type, v.ContentSHA256)
+		}
+		if c, ok := contentAt(v.Version - 1); v.Type == feed.TypeDelta && ok && v.BaseSHA256 != feed.ContentSHA256(c.snapshotLines()) {
+			t.Fatalf("delta %d: base_sha256 %q is not version %d's content", v.Version, v.BaseSHA256, v.Version-1)
+		}
+	}
 	f, err := Load(context.Background(), LoadConfig{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
@@ -105,7 +123,7 @@ func checkDir(t *testing.T, dir string, want Content, history map[int64]Content)
 	get, _ := newGetter(LoadConfig{Dir: dir})
 	for v, c := range history {
 		client := &Feed{Content: maps.Clone(c)}
-		plan := m.Plan(heldAt(history, v))
+		plan := planFrom(m, heldAt(history, v))
 		if err := client.apply(context.Background(), get, plan); err != nil {
 			t.Fatalf("client at %d: %v", v, err)
 		}
@@ -114,6 +132,16 @@ func checkDir(t *testing.T, dir string, want Content, history map[int64]Content)
 		}
 	}
 	return m
+}
+
+// planFrom is what a client holding held downloads to reach the latest
+// version: the deltas the manifest proves apply to it, else the snapshot
+// and every delta after it.
+func planFrom(m *feed.Manifest, held feed.Version) []feed.Version {
+	if run, c := m.DeltasFrom(held, len(m.Versions)); c == feed.Continues {
+		return run
+	}
+	return m.Versions
 }
 
 // heldAt is what a client that loaded version v of history holds, as the
@@ -197,10 +225,10 @@ func TestBuildSequence(t *testing.T) {
 	step(names(1, 1999)+"new3.example\n", true, "snapshot", "snapshot:4", "delta:3 delta:4",
 		[]string{"delta_2.gz", "delta_3.gz", "delta_4.gz", "snapshot_1.gz", "snapshot_4.gz"})
 	m4 := readManifest(t, dir)
-	if p := m4.Plan(heldAt(history, 2)); versionsOf(p) != "delta:3 delta:4" {
+	if p := planFrom(m4, heldAt(history, 2)); versionsOf(p) != "delta:3 delta:4" {
 		t.Fatalf("plan from 2: %s", versionsOf(p))
 	}
-	if p := m4.Plan(heldAt(history, 1)); versionsOf(p) != "snapshot:4" {
+	if p := planFrom(m4, heldAt(history, 1)); versionsOf(p) != "snapshot:4" {
 		t.Fatalf("plan from 1: %s", versionsOf(p))
 	}
 	step(names(1, 1999)+"new4.example\n", false, "delta", "snapshot:4 delta:5", "delta:3 delta:4",
@@ -211,7 +239,7 @@ func TestBuildSequence(t *testing.T) {
 	if !slices.Equal(r.Pruned, []string{"delta_2.gz", "snapshot_1.gz"}) {
 		t.Fatalf("pruned %q", r.Pruned)
 	}
-	if got := readManifest(t, dir).Plan(heldAt(history, 3)); versionsOf(got) != "delta:4 delta:5 delta:6" {
+	if got := planFrom(readManifest(t, dir), heldAt(history, 3)); versionsOf(got) != "delta:4 delta:5 delta:6" {
 		t.Fatalf("plan from 3: %s", versionsOf(got))
 	}
 	codes, err := os.ReadFile(filepath.Join(dir, feed.CodesFile))
@@ -468,5 +496,53 @@ func TestLookup(t *testing.T) {
 		if key != tc.key || !slices.Equal(codes, tc.codes) || ok != (tc.key != "") {
 			t.Errorf("Lookup(%q, %q) = %q %v %v, want %q %v", tc.name, tc.path, key, codes, ok, tc.key, tc.codes)
 		}
+	}
+}
+
+// TestLineageFromAnOlderManifest: a directory whose manifest has no
+// content_sha256 (written before the field existed) gets one on its next
+// build, the delta's base being the previous content as read back; and
+// Load refuses a manifest whose content_sha256 the files do not give.
+func TestLineageFromAnOlderManifest(t *testing.T) {
+	tmp := t.TempDir()
+	dir := filepath.Join(tmp, "feed")
+	run := func(text string) *BuildResult {
+		return build(t, BuildConfig{Dir: dir, Name: "test",
+			Sources: []Source{{Format: FormatDomains, Codes: []uint16{1}, Path: writeList(t, tmp, "l", text)}}})
+	}
+	first := names(0, 200)
+	run(first)
+	m := readManifest(t, dir)
+	m.Versions[0].ContentSHA256 = ""
+	writeManifestFile(t, dir, m)
+
+	res := run(first + "new.example\n")
+	if res.Written.Type != feed.TypeDelta {
+		t.Fatalf("version 2 is a %s, want a delta", res.Written.Type)
+	}
+	m = readManifest(t, dir)
+	old, want := contentOf(t, first, []uint16{1}), contentOf(t, first+"new.example\n", []uint16{1})
+	if d := m.Versions[1]; d.BaseSHA256 != feed.ContentSHA256(old.snapshotLines()) || d.ContentSHA256 != feed.ContentSHA256(want.snapshotLines()) {
+		t.Fatalf("delta 2: base %q content %q", d.BaseSHA256, d.ContentSHA256)
+	}
+	if m.Versions[0].ContentSHA256 != "" {
+		t.Fatal("the older entry was given a content_sha256 it did not have")
+	}
+
+	m.Versions[1].ContentSHA256 = strings.Repeat("0", 64)
+	writeManifestFile(t, dir, m)
+	if _, err := Load(context.Background(), LoadConfig{Dir: dir}); err == nil || !strings.Contains(err.Error(), "content_sha256") {
+		t.Fatalf("Load of a manifest with a wrong content_sha256: %v", err)
+	}
+}
+
+func writeManifestFile(t *testing.T, dir string, m *feed.Manifest) {
+	t.Helper()
+	data, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, feed.ManifestFile), data, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
