@@ -302,7 +302,18 @@ func (s *Service) answer(w http.ResponseWriter, r *http.Request, call string, re
 		s.writeErr(w, r, err)
 		return
 	}
-	s.bodies.writeBody(w, call, v)
+	if err := s.bodies.writeBody(w, call, v); err != nil {
+		s.writeErr(w, r, s.unencodable(call, err))
+	}
+}
+
+// unencodable is a result that has no JSON body: a call error like a
+// script's (counted, a 500), though the pool saw the call succeed. A
+// script's own values are refused by luapool already (NaN, ±Inf, a
+// function); this catches what a built-in might return.
+func (s *Service) unencodable(call string, err error) error {
+	s.metrics.CallError(call)
+	return fmt.Errorf("%s: the result has no JSON form: %w", call, err)
 }
 
 // withNulls puts back the identity fields a trip through Lua dropped: a
