@@ -226,7 +226,12 @@ func (s *Service) knownKey(k string) bool {
 }
 
 func (s *Service) handleDomain(w http.ResponseWriter, r *http.Request) {
-	req, err := ParseLookup(r.URL.Query())
+	q, err := query(r)
+	if err != nil {
+		s.writeErr(w, r, err)
+		return
+	}
+	req, err := ParseLookup(q)
 	if err != nil {
 		s.writeErr(w, r, err)
 		return
@@ -235,14 +240,16 @@ func (s *Service) handleDomain(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Service) handleSimulate(w http.ResponseWriter, r *http.Request) {
-	params := r.URL.Query()
+	var params url.Values
+	var err error
 	if r.Method == http.MethodPost {
-		form, err := s.readForm(w, r)
-		if err != nil {
-			s.writeErr(w, r, err)
-			return
-		}
-		params = form
+		params, err = s.readForm(w, r)
+	} else {
+		params, err = query(r)
+	}
+	if err != nil {
+		s.writeErr(w, r, err)
+		return
 	}
 	req, err := ParseSimulate(params)
 	if err != nil {
@@ -250,6 +257,16 @@ func (s *Service) handleSimulate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.answer(w, r, CallSimulateUser, req)
+}
+
+// query reads a GET's parameters: a malformed pair (`ip=%ZZ`) is a 400,
+// as in the orgmanager, not a parameter silently left out.
+func query(r *http.Request) (url.Values, error) {
+	q, err := httpapi.ParseQuery(r)
+	if err != nil {
+		return nil, &BadRequest{Msg: err.Error()}
+	}
+	return q, nil
 }
 
 // readForm reads a POST body as application/x-www-form-urlencoded (spec 2).
