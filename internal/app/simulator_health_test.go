@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -40,6 +39,56 @@ func smallFeed(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// waitHealth polls base's /health until it answers want, for at most
+// limit, and returns the body.
+func waitHealth(t *testing.T, base string, want int, limit time.Duration) string {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		code, body := httpGet(t, base+"/health")
+		if code == want {
+			return body
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s/health still %d after %v, want %d: %s", base, code, limit, want, body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// breakManifest replaces dir's feed.json by one that is not JSON and
+// returns a function that puts the good one back.
+func breakManifest(t *testing.T, dir string) (repair func()) {
+	t.Helper()
+	manifest := filepath.Join(dir, "feed.json")
+	good, err := os.ReadFile(manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(manifest, []byte("{not json"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		if err := os.WriteFile(manifest, good, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// staleError checks a 503 /health body: it names feed g, its failure and
+// the version still served.
+func staleError(t *testing.T, body string) {
+	t.Helper()
+	var h map[string]any
+	if err := json.Unmarshal([]byte(body), &h); err != nil {
+		t.Fatalf("/health body %q: %v", body, err)
+	}
+	if e, _ := h["error"].(string); h["status"] != "unavailable" || !strings.Contains(e, "feed g failing") ||
+		!strings.Contains(e, "feed.json") || !strings.Contains(e, "serving version 1") {
+		t.Fatalf("/health body does not name the feed and its error: %s", body)
+	}
 }
 
 // TestStandaloneSimulatorFeedHealthAndMetrics: a standalone `svc-pf
@@ -87,32 +136,8 @@ func TestStandaloneSimulatorFeedHealthAndMetrics(t *testing.T) {
 	}()
 
 	base := "http://" + sn.Addr().String()
-	get := func(path string) (int, string) {
-		t.Helper()
-		resp, err := http.Get(base + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
-	// waitHealth polls /health until it answers want, for at most limit.
-	waitHealth := func(want int, limit time.Duration) string {
-		t.Helper()
-		deadline := time.Now().Add(limit)
-		for {
-			code, body := get("/health")
-			if code == want {
-				return body
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("/health still %d after %v, want %d: %s", code, limit, want, body)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-	waitHealth(http.StatusOK, 30*time.Second)
+	get := func(path string) (int, string) { return httpGet(t, base+path) }
+	waitHealth(t, base, http.StatusOK, 30*time.Second)
 
 	_, metrics := get("/metrics")
 	for _, want := range []string{`svcpf_feed_version{feed="g"} 1`, `svcpf_feed_entries{feed="g"} 2`,
@@ -124,23 +149,8 @@ func TestStandaloneSimulatorFeedHealthAndMetrics(t *testing.T) {
 	}
 
 	// Break the feed: a manifest that is not JSON.
-	manifest := filepath.Join(dir, "feed.json")
-	good, err := os.ReadFile(manifest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(manifest, []byte("{not json"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	body := waitHealth(http.StatusServiceUnavailable, 60*time.Second)
-	var h map[string]any
-	if err := json.Unmarshal([]byte(body), &h); err != nil {
-		t.Fatalf("/health body %q: %v", body, err)
-	}
-	if e, _ := h["error"].(string); h["status"] != "unavailable" || !strings.Contains(e, "feed g failing") ||
-		!strings.Contains(e, "feed.json") || !strings.Contains(e, "serving version 1") {
-		t.Fatalf("/health body does not name the feed and its error: %s", body)
-	}
+	repair := breakManifest(t, dir)
+	staleError(t, waitHealth(t, base, http.StatusServiceUnavailable, 60*time.Second))
 	// Meanwhile the last good version still answers.
 	if code, b := get("/api/v1/domain?domain=www.bad.example"); code != 200 || !strings.Contains(b, `"match":"bad.example"`) {
 		t.Fatalf("lookup while the feed fails: %d %s", code, b)
@@ -150,8 +160,36 @@ func TestStandaloneSimulatorFeedHealthAndMetrics(t *testing.T) {
 	}
 
 	// Heal it: the next poll succeeds (the backoff is at most a minute).
-	if err := os.WriteFile(manifest, good, 0o644); err != nil {
-		t.Fatal(err)
+	repair()
+	waitHealth(t, base, http.StatusOK, 90*time.Second)
+}
+
+// TestAllHealthReportsAStaleFeed: under `svc-pf all` the node listener
+// (which the resolver's API shares) and the simulator's answer /health
+// from the same read models by the same rule: 503 naming a feed failing
+// for longer than its stale_after, 200 once it heals. The node's /metrics
+// carries the feed's series, the simulator's its own.
+func TestAllHealthReportsAStaleFeed(t *testing.T) {
+	dir := smallFeed(t)
+	cfg := testAllConfig(t)
+	cfg.Feeds = []feeds.FeedConfig{{Name: "g", URL: dir, PollInterval: 100 * time.Millisecond, StaleAfter: time.Second}}
+	all := startAll(t, cfg)
+	bases := []string{"http://" + all.Node.Addr().String(), "http://" + all.Simulator.Addr().String()}
+	for _, base := range bases {
+		waitHealth(t, base, http.StatusOK, 30*time.Second)
 	}
-	waitHealth(http.StatusOK, 90*time.Second)
+	if _, m := httpGet(t, bases[0]+"/metrics"); !strings.Contains(m, `svcpf_feed_version{feed="g"} 1`) {
+		t.Errorf("the node's /metrics without the feed's version")
+	}
+	if _, m := httpGet(t, bases[1]+"/metrics"); !strings.Contains(m, "svc_pf_simulator_lua_workers") {
+		t.Errorf("the simulator's /metrics without its own series")
+	}
+	repair := breakManifest(t, dir)
+	for _, base := range bases {
+		staleError(t, waitHealth(t, base, http.StatusServiceUnavailable, 60*time.Second))
+	}
+	repair()
+	for _, base := range bases {
+		waitHealth(t, base, http.StatusOK, 90*time.Second)
+	}
 }
