@@ -46,9 +46,9 @@ type FeedConfig struct {
 // DefaultPollInterval is FeedConfig.PollInterval when left out.
 const DefaultPollInterval = 5 * time.Second
 
-// StalePolls is FeedConfig.StaleAfter when left out, in poll intervals
-// (1m at the default interval, also the default longest backoff, so a
-// feed that heals is seen again within about one more stale_after).
+// StalePolls is FeedConfig.StaleAfter when left out, in poll intervals:
+// 1m at the default interval, longer than a publish in progress or a feed
+// server's restart.
 const StalePolls = 12
 
 // Limits bound what one poll reads, so that a broken or hostile server
