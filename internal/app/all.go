@@ -241,7 +241,7 @@ func StartAll(ctx context.Context, cfg AllConfig, v Version, log *slog.Logger) (
 	}
 	simCfg := cfg.Simulator
 	simCfg.Region = cfg.Region
-	if a.Simulator, err = StartSimulator(simCfg, models, ncSim, v, log); err != nil {
+	if a.Simulator, err = StartSimulator(simCfg, models, newRegistry(), ncSim, v, log); err != nil {
 		return fail(err)
 	}
 	log.Info("simulator NATS enabled", "url", redactURL(ncSim.ConnectedUrlRedacted()))

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -15,7 +16,8 @@ import (
 )
 
 // NodeConfig is the `node` section of `svc-pf all`: the filter node's
-// listener. Its status page, /health (ready once every feed has loaded)
+// listener. Its status page, /health (ready once every feed has loaded,
+// and while none has failed for longer than its stale_after)
 // and /metrics (svcpf_feed_*) live there; the resolver's API joins it when
 // the resolver is built. The node's read models are configured at the top
 // level (`feeds:`, DESIGN.md §6.2), where the simulator and the resolver
@@ -68,17 +70,31 @@ func StartNode(cfg NodeConfig, models *readModels, reg *prometheus.Registry, v V
 	return n, nil
 }
 
-// notLoaded says which feeds have never loaded, and why, for /health.
-func notLoaded(status []feeds.FeedStatus) string {
+// feedProblems says, for /health, which feeds have never loaded and which
+// have failed for longer than their stale_after (feeds.FeedStatus.Stale),
+// each with its last error; "" when there are none. Every service that
+// holds the node's read models (`svc-pf all`'s node, `svc-pf resolver`,
+// `svc-pf simulator`) answers its /health from it.
+func feedProblems(status []feeds.FeedStatus) string {
 	var parts []string
 	for _, s := range status {
-		if s.Version == 0 {
-			p := "feed " + s.Name + " not loaded yet"
-			if s.LastError != "" {
-				p += ": " + s.LastError
+		var p string
+		switch {
+		case s.Version == 0:
+			p = "feed " + s.Name + " not loaded yet"
+		case s.Stale:
+			p = fmt.Sprintf("feed %s failing for longer than its stale_after (%d polls in a row), still serving version %d",
+				s.Name, s.Failures, s.Version)
+			if !s.LastSuccess.IsZero() {
+				p += ", last success " + s.LastSuccess.UTC().Format(time.RFC3339)
 			}
-			parts = append(parts, p)
+		default:
+			continue
 		}
+		if s.LastError != "" {
+			p += ": " + s.LastError
+		}
+		parts = append(parts, p)
 	}
 	return strings.Join(parts, "; ")
 }

@@ -116,12 +116,13 @@ func (m *readModels) Counts() simulator.Counts {
 	return c
 }
 
-// Ready says what is not loaded yet, nil once everything is: /health
-// tells the truth about a node that would answer from half its data.
+// Ready says what is not loaded yet or what feed has failed for longer
+// than its stale_after, nil when nothing is amiss: /health tells the truth
+// about a node that would answer from half its data or from old data.
 func (m *readModels) Ready() error {
 	var parts []string
-	if !m.feeds.Ready() {
-		parts = append(parts, notLoaded(m.feeds.Status()))
+	if p := feedProblems(m.feeds.Status()); p != "" {
+		parts = append(parts, p)
 	}
 	if m.sessions != nil && !m.sessions.Ready() {
 		parts = append(parts, "sessions bucket not loaded yet")

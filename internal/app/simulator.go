@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/svc-pf/svc-pf/internal/httpapi"
 	"github.com/svc-pf/svc-pf/internal/natsbus"
@@ -185,11 +186,13 @@ type Simulator struct {
 
 // StartSimulator builds the simulator over a node's read models, loads its
 // Lua workers, binds its listener and, when nc is not nil, serves its calls
-// over NATS.
-func StartSimulator(cfg SimulatorConfig, models *readModels, nc *nats.Conn, v Version, log *slog.Logger) (*Simulator, error) {
+// over NATS. Its metrics go to reg, which its /metrics serves: standalone
+// the registry of the read models too (their svcpf_feed_* and
+// svcpf_readmodel_* are the simulator's to show), under `svc-pf all` one of
+// its own (the node listener shows the shared read models').
+func StartSimulator(cfg SimulatorConfig, models *readModels, reg *prometheus.Registry, nc *nats.Conn, v Version, log *slog.Logger) (*Simulator, error) {
 	log = log.With("service", "simulator")
 	cfg.Runtime.apply(log)
-	reg := newRegistry()
 	eng, err := policy.NewEngine(policy.EngineConfig{View: models.View})
 	if err != nil {
 		return nil, err
@@ -269,29 +272,53 @@ func RunSimulator(ctx context.Context, cfg SimulatorConfig, v Version, log *slog
 	if nc != nil {
 		defer nc.Close()
 	}
-	reg := newRegistry()
-	models, err := newReadModels(nodeKeys{Feeds: cfg.Feeds, RPZ: cfg.RPZ}, nc, reg, log)
-	if err != nil {
-		return err
-	}
 	if testAndExit {
+		models, err := newReadModels(nodeKeys{Feeds: cfg.Feeds, RPZ: cfg.RPZ}, nc, nil, log)
+		if err != nil {
+			return err
+		}
 		return testLookup(ctx, cfg, models, v, log)
 	}
-	sim, err := StartSimulator(cfg, models, nc, v, log)
+	sn, err := startSimulatorNode(cfg, nc, v, log)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	modelsDone := make(chan error, 1)
-	go func() { modelsDone <- models.Run(ctx) }()
-	err = sim.Run(ctx)
-	cancel()
-	err = errors.Join(err, <-modelsDone)
+	err = sn.Run(ctx)
 	if err == nil {
 		log.Info("svc-pf simulator stopped")
 	}
 	return err
+}
+
+// simulatorNode is a started `svc-pf simulator`: the simulator over read
+// models of its own, their metrics and its own on one registry.
+type simulatorNode struct {
+	*Simulator
+	models *readModels
+}
+
+func startSimulatorNode(cfg SimulatorConfig, nc *nats.Conn, v Version, log *slog.Logger) (*simulatorNode, error) {
+	reg := newRegistry()
+	models, err := newReadModels(nodeKeys{Feeds: cfg.Feeds, RPZ: cfg.RPZ}, nc, reg, log)
+	if err != nil {
+		return nil, err
+	}
+	sim, err := StartSimulator(cfg, models, reg, nc, v, log)
+	if err != nil {
+		return nil, err
+	}
+	return &simulatorNode{Simulator: sim, models: models}, nil
+}
+
+// Run follows the read models and serves until ctx ends.
+func (n *simulatorNode) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	modelsDone := make(chan error, 1)
+	go func() { modelsDone <- n.models.Run(ctx) }()
+	err := n.Simulator.Run(ctx)
+	cancel()
+	return errors.Join(err, <-modelsDone)
 }
 
 // connectNode connects a standalone node service to NATS when nats.url or

@@ -77,7 +77,8 @@ func under(err error, step string) error {
 }
 
 // toGo converts a Lua value: nil, booleans and strings as themselves;
-// numbers as int64 when integral and exactly representable, else float64;
+// numbers as int64 when integral and exactly representable, else float64
+// (NaN and ±Inf are errors);
 // a table with keys 1..n (holes allowed while at least half the slots are
 // used, as lua-cjson allows) as []any with nil in the holes; any other table
 // as map[string]any, number keys written as decimal strings; an empty table
@@ -111,6 +112,12 @@ func (c *converter) goValue(lv lua.LValue) (any, error) {
 	case lua.LString:
 		return string(v), nil
 	case lua.LNumber:
+		// 0/0 and 1/0 are numbers in Lua but not in JSON: refused here, as
+		// a function is, rather than left for the body's encoder to fail
+		// on after the call counted as a success.
+		if f := float64(v); math.IsNaN(f) || math.IsInf(f, 0) {
+			return nil, &convError{msg: "the number " + strconv.FormatFloat(f, 'g', -1, 64) + " has no JSON form"}
+		}
 		return goNumber(v), nil
 	case *lua.LTable:
 		return c.goTable(v)

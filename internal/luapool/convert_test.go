@@ -36,7 +36,11 @@ func TestLuaToGo(t *testing.T) {
 		{"2^53 is exact", "2^53", int64(1 << 53), ""},
 		{"beyond 2^53 stays float", "2^60", math.Pow(2, 60), ""},
 		{"huge", "1e300", 1e300, ""},
-		{"infinity", "1/0", math.Inf(1), ""},
+		{"infinity", "1/0", nil, "result: the number +Inf has no JSON form"},
+		{"minus infinity", "-1/0", nil, "result: the number -Inf has no JSON form"},
+		{"NaN", "0/0", nil, "result: the number NaN has no JSON form"},
+		{"NaN nested", `{a = {1, {b = 0/0}}}`, nil, "result: .a[2].b: the number NaN has no JSON form"},
+		{"infinity as a key is a string", `{[1/0] = 1}`, map[string]any{"+Inf": int64(1)}, ""},
 		{"math.huge is gopher-lua's largest float", "math.huge", math.MaxFloat64, ""},
 		{"array", `{1, "two", true}`, []any{int64(1), "two", true}, ""},
 		{"object", `{a = 1, b = "x"}`, map[string]any{"a": int64(1), "b": "x"}, ""},
@@ -263,9 +267,19 @@ func TestConverterDirect(t *testing.T) {
 		t.Errorf("array with a deleted key: %#v, %v", got, err)
 	}
 
-	// NaN stays a float.
-	got, err = c.toGo(context.Background(), lua.LNumber(math.NaN()))
-	if f, ok := got.(float64); err != nil || !ok || !math.IsNaN(f) {
-		t.Errorf("NaN: %#v, %v", got, err)
+	// NaN and ±Inf have no JSON form, at the top or nested.
+	for _, f := range []float64{math.NaN(), math.Inf(1), math.Inf(-1)} {
+		tb = L.NewTable()
+		inner := L.NewTable()
+		inner.RawSetInt(1, lua.LNumber(f))
+		tb.RawSetString("x", inner)
+		for _, lv := range []lua.LValue{lua.LNumber(f), tb} {
+			if got, err = c.toGo(context.Background(), lv); err == nil || !strings.Contains(err.Error(), "no JSON form") {
+				t.Errorf("%v: %#v, %v", f, got, err)
+			}
+		}
+	}
+	if _, err = c.toGo(context.Background(), tb); err == nil || !strings.HasPrefix(err.Error(), ".x[1]: the number -Inf") {
+		t.Errorf("nested -Inf: %v", err)
 	}
 }

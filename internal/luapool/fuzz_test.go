@@ -3,6 +3,7 @@ package luapool
 import (
 	"context"
 	"errors"
+	"math"
 	"testing"
 	"time"
 )
@@ -24,6 +25,7 @@ func FuzzCall(f *testing.F) {
 		"function f() return {1, nil, 3, [10] = 10, x = 'y'} end",
 		"function f() return 1/0 end",
 		"function f() return 0/0 end",
+		"function f() return {a = {-1/0}} end",
 		"function f() return string.rep('ab', 1e7) end",
 		"function f() return require('svcpf').echo({1, 2, {x = 1}}) end",
 		"function f() return pcall(require('svcpf').fail) end",
@@ -97,13 +99,19 @@ func FuzzCall(f *testing.F) {
 	})
 }
 
-// checkConverted reports a value toGo cannot produce.
+// checkConverted reports a value toGo cannot produce: a type outside its
+// list, or a number JSON cannot hold.
 func checkConverted(v any, depth int) error {
 	if depth > maxDepth {
 		return errors.New("deeper than maxDepth")
 	}
 	switch v := v.(type) {
-	case nil, bool, string, int64, float64:
+	case nil, bool, string, int64:
+		return nil
+	case float64:
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return errors.New("NaN or ±Inf in a result: the body's encoder would fail on it")
+		}
 		return nil
 	case []any:
 		for _, e := range v {

@@ -1,6 +1,7 @@
 package simulator
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"math"
@@ -83,8 +84,10 @@ type bodyEncoder struct {
 type bodyEncoders struct{ pool sync.Pool }
 
 // writeBody writes v as the 200 body of call, as httpapi.WriteJSON would
-// (Content-Type, a trailing newline).
-func (p *bodyEncoders) writeBody(w http.ResponseWriter, call string, v any) {
+// (Content-Type, a trailing newline). A value neither the appender nor
+// encoding/json can encode is returned as an error before anything is
+// written, for the caller's 500.
+func (p *bodyEncoders) writeBody(w http.ResponseWriter, call string, v any) error {
 	e, _ := p.pool.Get().(*bodyEncoder)
 	if e == nil {
 		e = &bodyEncoder{buf: make([]byte, 0, 4096)}
@@ -92,11 +95,19 @@ func (p *bodyEncoders) writeBody(w http.ResponseWriter, call string, v any) {
 	defer p.pool.Put(e)
 	var err error
 	e.buf, err = e.appendValue(e.buf[:0], v, orderOf(call), 0)
-	if err != nil {
-		httpapi.WriteJSON(w, http.StatusOK, v)
-		return
+	if err == nil {
+		e.buf = append(e.buf, '\n')
+	} else {
+		// A type the appender does not know: httpapi.WriteJSON's bytes,
+		// encoded before the status line is sent.
+		buf := bytes.NewBuffer(e.buf[:0])
+		enc := json.NewEncoder(buf)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(v); err != nil {
+			return err
+		}
+		e.buf = buf.Bytes()
 	}
-	e.buf = append(e.buf, '\n')
 	w.Header().Set("Content-Type", "application/json")
 	// The length is known: net/http need not chunk a body over its 2 KB buffer.
 	w.Header().Set("Content-Length", strconv.Itoa(len(e.buf)))
@@ -105,6 +116,7 @@ func (p *bodyEncoders) writeBody(w http.ResponseWriter, call string, v any) {
 	if cap(e.buf) > 1<<20 {
 		e.buf = make([]byte, 0, 4096) // not kept: one verbose answer should not pin a large buffer
 	}
+	return nil
 }
 
 // AppendBody appends the JSON of call's result v as the HTTP body has it

@@ -67,6 +67,9 @@ func (s *Service) ServeNATS(cfg NATSConfig) (stop func() error, err error) {
 			defer cancel()
 			body, code, err := s.natsCall(ctx, req, ep.call, ep.keyed, ep.parse)
 			if err != nil {
+				if code == 500 { // as over HTTP: the operator's log says why
+					s.log.Warn("simulator call failed", "subject", req.Subject(), "err", err)
+				}
 				eb, _ := json.Marshal(map[string]string{"error": err.Error()})
 				_ = req.Error(strconv.Itoa(code), oneLine(err.Error()), eb)
 				return
@@ -125,7 +128,7 @@ func (s *Service) natsCall(ctx context.Context, req micro.Request, call string, 
 	}
 	b, err := json.Marshal(v)
 	if err != nil {
-		return nil, 500, err
+		return nil, 500, s.unencodable(call, err)
 	}
 	return b, 0, nil
 }

@@ -157,12 +157,14 @@ func (r *Request) set(name, v string) error {
 		}
 		r.Settings, r.SettingsJSON = d, v
 	case "verbose":
+		// 1/0 over HTTP; true/false too, as a script's boolean reads back
+		// (FromTable) and as a JSON payload may give it.
 		switch v {
 		case "1", "true":
 			r.Verbose = true
 		case "0", "false":
 		default:
-			return badf("verbose must be 1 or 0, not %q", v)
+			return badf("verbose must be 1, true, 0 or false, not %q", v)
 		}
 	case "vhost":
 		if len(v) > maxVHostLen {

@@ -2,6 +2,7 @@ package simulator
 
 import (
 	"errors"
+	"net/http"
 	"net/url"
 	"strings"
 	"testing"
@@ -21,6 +22,9 @@ func TestParseSimulate(t *testing.T) {
 		{"domain=a.example&profile=3", func(r *Request) bool { return r.HasProfile && r.Profile == 3 }},
 		{"domain=a.example&settings=%7B%22paused%22%3Atrue%7D", func(r *Request) bool { return r.Settings != nil && *r.Settings.Paused }},
 		{"domain=a.example&verbose=1&vhost=proxy1", func(r *Request) bool { return r.Verbose && r.VHost == "proxy1" }},
+		{"domain=a.example&verbose=true", func(r *Request) bool { return r.Verbose }},
+		{"domain=a.example&verbose=0", func(r *Request) bool { return !r.Verbose }},
+		{"domain=a.example&verbose=false", func(r *Request) bool { return !r.Verbose }},
 		{"domain=a.example&rules_ip=192.0.2.1", func(r *Request) bool { return r.RulesIP.String() == "192.0.2.1" }},
 		{"domain=a.example&unknown=1", func(r *Request) bool { return true }}, // a proxy's own parameters pass
 	}
@@ -47,7 +51,9 @@ func TestParseSimulate(t *testing.T) {
 		{"domain=a.example&settings=%7B", "settings"},
 		{"domain=a.example&settings=%7B%22blocklist%22%3A%5B%22a..b%22%5D%7D", "settings.blocklist"},
 		{"domain=a.example&settings=%7B%22nope%22%3A1%7D", "settings"},
-		{"domain=a.example&verbose=2", "verbose"},
+		{"domain=a.example&verbose=2", `verbose must be 1, true, 0 or false, not "2"`},
+		{"domain=a.example&verbose=yes", `verbose must be 1, true, 0 or false, not "yes"`},
+		{"domain=a.example&verbose=TRUE", "verbose must be"},
 		{"domain=a.example&path=%2Fa%00b", "control"},
 		{"domain=a.example&username=%ff", "UTF-8"},
 		{"domain=a.example&vhost=" + strings.Repeat("v", 300), "vhost"},
@@ -86,25 +92,48 @@ func TestTableRoundTrip(t *testing.T) {
 	}
 }
 
-// FuzzParseSimulate: any query string gives a request or a BadRequest,
-// never a panic; an accepted request's table reads back.
+// FuzzParseSimulate: any query string, read as the handler reads a GET's,
+// gives a request or a BadRequest, never a panic; no pair is dropped
+// silently (a malformed one is a BadRequest); verbose is on exactly for 1
+// and true; an accepted request's table reads back.
 func FuzzParseSimulate(f *testing.F) {
 	for _, s := range []string{"domain=a.example", "domain=x&ip=1.2.3.4&deviceid=00ff&profile=1&settings={}",
-		"domain=%C3%A9.example&path=//&verbose=1", "settings=%7B%22schedules%22%3A%5B%5D%7D&domain=a"} {
+		"domain=%C3%A9.example&path=//&verbose=1", "settings=%7B%22schedules%22%3A%5B%5D%7D&domain=a",
+		"domain=a.example&ip=%ZZ", "domain=a.example;ip=10.0.0.1", "domain=a.example&verbose=true&&"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, raw string) {
-		q, err := url.ParseQuery(raw)
+		// As the handler reads a GET: query, then ParseSimulate.
+		q, err := query(&http.Request{URL: &url.URL{RawQuery: raw}})
+		var br *BadRequest
 		if err != nil {
-			return
-		}
-		r, err := ParseSimulate(q)
-		if err != nil {
-			var br *BadRequest
 			if !errors.As(err, &br) {
 				t.Fatalf("%q: %v is not a BadRequest", raw, err)
 			}
 			return
+		}
+		// Nothing is dropped: every non-empty pair is a value.
+		pairs, values := 0, 0
+		for _, p := range strings.Split(raw, "&") {
+			if p != "" {
+				pairs++
+			}
+		}
+		for _, vs := range q {
+			values += len(vs)
+		}
+		if pairs != values {
+			t.Fatalf("%q: %d pairs read as %d values", raw, pairs, values)
+		}
+		r, err := ParseSimulate(q)
+		if err != nil {
+			if !errors.As(err, &br) {
+				t.Fatalf("%q: %v is not a BadRequest", raw, err)
+			}
+			return
+		}
+		if v := q.Get("verbose"); r.Verbose != (v == "1" || v == "true") {
+			t.Fatalf("%q: verbose %q read as %v", raw, v, r.Verbose)
 		}
 		if _, err := FromTable(r.Table()); err != nil {
 			t.Fatalf("%q: accepted, but its table is refused: %v", raw, err)

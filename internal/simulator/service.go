@@ -226,7 +226,12 @@ func (s *Service) knownKey(k string) bool {
 }
 
 func (s *Service) handleDomain(w http.ResponseWriter, r *http.Request) {
-	req, err := ParseLookup(r.URL.Query())
+	q, err := query(r)
+	if err != nil {
+		s.writeErr(w, r, err)
+		return
+	}
+	req, err := ParseLookup(q)
 	if err != nil {
 		s.writeErr(w, r, err)
 		return
@@ -235,14 +240,16 @@ func (s *Service) handleDomain(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Service) handleSimulate(w http.ResponseWriter, r *http.Request) {
-	params := r.URL.Query()
+	var params url.Values
+	var err error
 	if r.Method == http.MethodPost {
-		form, err := s.readForm(w, r)
-		if err != nil {
-			s.writeErr(w, r, err)
-			return
-		}
-		params = form
+		params, err = s.readForm(w, r)
+	} else {
+		params, err = query(r)
+	}
+	if err != nil {
+		s.writeErr(w, r, err)
+		return
 	}
 	req, err := ParseSimulate(params)
 	if err != nil {
@@ -250,6 +257,16 @@ func (s *Service) handleSimulate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.answer(w, r, CallSimulateUser, req)
+}
+
+// query reads a GET's parameters: a malformed pair (`ip=%ZZ`) is a 400,
+// as in the orgmanager, not a parameter silently left out.
+func query(r *http.Request) (url.Values, error) {
+	q, err := httpapi.ParseQuery(r)
+	if err != nil {
+		return nil, &BadRequest{Msg: err.Error()}
+	}
+	return q, nil
 }
 
 // readForm reads a POST body as application/x-www-form-urlencoded (spec 2).
@@ -302,7 +319,18 @@ func (s *Service) answer(w http.ResponseWriter, r *http.Request, call string, re
 		s.writeErr(w, r, err)
 		return
 	}
-	s.bodies.writeBody(w, call, v)
+	if err := s.bodies.writeBody(w, call, v); err != nil {
+		s.writeErr(w, r, s.unencodable(call, err))
+	}
+}
+
+// unencodable is a result that has no JSON body: a call error like a
+// script's (counted, a 500), though the pool saw the call succeed. A
+// script's own values are refused by luapool already (NaN, ±Inf, a
+// function); this catches what a built-in might return.
+func (s *Service) unencodable(call string, err error) error {
+	s.metrics.CallError(call)
+	return fmt.Errorf("%s: the result has no JSON form: %w", call, err)
 }
 
 // withNulls puts back the identity fields a trip through Lua dropped: a

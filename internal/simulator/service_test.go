@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -65,6 +66,8 @@ type fixtureOpts struct {
 	noFeeds bool
 	// callTimeout is lua.call_timeout; 0 is the default 5s.
 	callTimeout time.Duration
+	// log receives the service's log; nil discards it.
+	log *slog.Logger
 }
 
 // buildFeed writes a feed directory from a CSV source: bad.example is
@@ -127,7 +130,7 @@ func newFixture(t testing.TB, o fixtureOpts) *fixture {
 	reg := prometheus.NewRegistry()
 	var fs FeedSet = fc
 	svc, err := New(Config{Engine: eng, Feeds: fs, Workers: o.workers, File: o.file, APIKeys: o.keys, CallTimeout: o.callTimeout,
-		Region: "eu-test", Version: "test-1", Registerer: reg,
+		Region: "eu-test", Version: "test-1", Registerer: reg, Logger: o.log,
 		Counts: func() Counts { return Counts{Sessions: ix.Len()} }})
 	if err != nil {
 		t.Fatal(err)

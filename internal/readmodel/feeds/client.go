@@ -34,10 +34,22 @@ type FeedConfig struct {
 	// manifest's created_at; default 0 (apply at once). See
 	// docs/feed-client.md.
 	Delay time.Duration `yaml:"delay"`
+	// StaleAfter is how long a loaded feed may go without a successful
+	// poll, its polls failing, before its status says Stale (every
+	// service's /health then answers 503 naming it; the node keeps serving
+	// the last good version). Default StalePolls poll intervals: a few
+	// failed polls (a publish in progress, a server restarting) are not
+	// worth an alert, a feed stuck for minutes is.
+	StaleAfter time.Duration `yaml:"stale_after"`
 }
 
 // DefaultPollInterval is FeedConfig.PollInterval when left out.
 const DefaultPollInterval = 5 * time.Second
+
+// StalePolls is FeedConfig.StaleAfter when left out, in poll intervals:
+// 1m at the default interval, longer than a publish in progress or a feed
+// server's restart.
+const StalePolls = 12
 
 // Limits bound what one poll reads, so that a broken or hostile server
 // cannot exhaust the node's memory. A zero field takes its default.
@@ -140,6 +152,9 @@ func New(cfg Config) (*Client, error) {
 		if fc.PollInterval == 0 {
 			fc.PollInterval = DefaultPollInterval
 		}
+		if fc.StaleAfter == 0 {
+			fc.StaleAfter = StalePolls * fc.PollInterval
+		}
 		c.feeds = append(c.feeds, &feedState{
 			cfg: fc,
 			pos: i,
@@ -234,6 +249,9 @@ func (fc *FeedConfig) validate() error {
 	if fc.PollInterval < 0 {
 		return fmt.Errorf("feed %s: poll_interval %s is not positive; leave it out for the default %s", fc.Name, fc.PollInterval, DefaultPollInterval)
 	}
+	if fc.StaleAfter < 0 {
+		return fmt.Errorf("feed %s: stale_after %s is negative; leave it out for %d poll intervals", fc.Name, fc.StaleAfter, StalePolls)
+	}
 	if fc.Delay < 0 {
 		return fmt.Errorf("feed %s: delay %s is negative; use 0 to apply versions as soon as they are published", fc.Name, fc.Delay)
 	}
@@ -298,12 +316,18 @@ type FeedStatus struct {
 	LastError string `json:"last_error,omitempty"`
 	// Failures counts the polls that failed in a row.
 	Failures int `json:"failures"`
+	// Stale: the feed holds a version, its last poll failed, and no poll
+	// has succeeded for longer than its stale_after (counted from the
+	// load when none ever has). The version is still served; health
+	// checks report it.
+	Stale bool `json:"stale,omitempty"`
 }
 
 // Status returns every configured feed's status, in config order, loaded or
 // not.
 func (c *Client) Status() []FeedStatus {
 	set := c.set.Load()
+	now := c.cfg.Clock()
 	out := make([]FeedStatus, len(c.feeds))
 	for i, f := range c.feeds {
 		f.mu.Lock()
@@ -311,6 +335,11 @@ func (c *Client) Status() []FeedStatus {
 		f.mu.Unlock()
 		if lf := set.feeds[i]; lf != nil {
 			out[i].FeedInfo = lf.info()
+			good := out[i].LastSuccess
+			if good.IsZero() {
+				good = out[i].LoadedAt
+			}
+			out[i].Stale = out[i].LastError != "" && now.Sub(good) > f.cfg.StaleAfter
 		}
 	}
 	return out
