@@ -39,12 +39,20 @@ type DNSConfig struct {
 	Block struct {
 		TTL time.Duration `yaml:"ttl"`
 	} `yaml:"block"`
+
+	// MaxInFlightPerClient bounds the cache misses one client (source
+	// address) has in flight; default resolver.DefaultClientMaxInFlight.
+	MaxInFlightPerClient int `yaml:"max_in_flight_per_client"`
 }
 
 // DNSTCPConfig bounds TCP clients.
 type DNSTCPConfig struct {
 	MaxConnections int           `yaml:"max_connections"`
 	IdleTimeout    time.Duration `yaml:"idle_timeout"`
+
+	// MaxQueriesPerConnection bounds the queries of one connection
+	// answered at once; default resolver.DefaultTCPMaxQueriesPerConnection.
+	MaxQueriesPerConnection int `yaml:"max_queries_per_connection"`
 }
 
 // ResolverAPIConfig is the `api` section: spec 3's X-API-Key.
@@ -130,8 +138,12 @@ func (c *ResolverConfig) parse() (resolverSettings, error) {
 		}
 		s.allowFrom = append(s.allowFrom, pfx.Masked())
 	}
-	if c.DNS.UDPSockets < 0 || c.DNS.TCP.MaxConnections < 0 {
-		errs = append(errs, errors.New("dns.udp_sockets and dns.tcp.max_connections must not be negative"))
+	if c.DNS.UDPSockets < 0 || c.DNS.TCP.MaxConnections < 0 || c.DNS.TCP.MaxQueriesPerConnection < 0 {
+		errs = append(errs, errors.New("dns.udp_sockets, dns.tcp.max_connections and dns.tcp.max_queries_per_connection must not be negative"))
+	}
+	if c.DNS.MaxInFlightPerClient < 0 || c.DNS.MaxInFlightPerClient > resolver.MaxClientMaxInFlight {
+		errs = append(errs, fmt.Errorf("dns.max_in_flight_per_client: %d is not within 0…%d", c.DNS.MaxInFlightPerClient,
+			resolver.MaxClientMaxInFlight))
 	}
 	if c.DNS.UDPBatch < 0 || c.DNS.UDPBatch > resolver.MaxUDPBatch {
 		errs = append(errs, fmt.Errorf("dns.udp_batch: %d is not within 0…%d", c.DNS.UDPBatch, resolver.MaxUDPBatch))
@@ -184,6 +196,7 @@ func StartResolver(cfg ResolverConfig, models *readModels, v Version, reg promet
 		Debug: cfg.DNS.Debug, TCPMaxConnections: cfg.DNS.TCP.MaxConnections, TCPIdleTimeout: cfg.DNS.TCP.IdleTimeout,
 		BlockTTL: cfg.DNS.Block.TTL, Cache: cfg.DNS.Cache, Engine: eng, Generation: models.Generation,
 		Version: string(v), Logger: log, Registerer: reg,
+		ClientMaxInFlight: cfg.DNS.MaxInFlightPerClient, TCPMaxQueriesPerConnection: cfg.DNS.TCP.MaxQueriesPerConnection,
 	})
 	if err != nil {
 		return nil, err

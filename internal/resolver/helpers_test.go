@@ -124,12 +124,22 @@ func testEngine(t testing.TB, rpz policy.RPZ) *policy.Engine {
 
 // fakeUpstream is a forwarder on loopback (UDP and TCP on one port),
 // answering from its zone of test names, and recording what it was asked.
+// Names under never.test it never answers; names under hold.test it
+// answers once release is called (or the test ends), counting in held
+// those it is holding.
 type fakeUpstream struct {
 	addr    netip.AddrPort
 	queries atomic.Int64
 	mu      sync.Mutex
 	seen    []seenQuery
+
+	held        atomic.Int64
+	releaseCh   chan struct{}
+	releaseOnce sync.Once
 }
+
+// release answers every query held under hold.test, and those to come.
+func (u *fakeUpstream) release() { u.releaseOnce.Do(func() { close(u.releaseCh) }) }
 
 type seenQuery struct {
 	name  string
@@ -152,7 +162,7 @@ const upstreamURITarget = `http://x/\y\065`
 // startUpstream runs a fakeUpstream until the test ends.
 func startUpstream(t testing.TB) *fakeUpstream {
 	t.Helper()
-	u := &fakeUpstream{}
+	u := &fakeUpstream{releaseCh: make(chan struct{})}
 	pc, ln := listenPair(t)
 	var started sync.WaitGroup
 	started.Add(2)
@@ -163,9 +173,14 @@ func startUpstream(t testing.TB) *fakeUpstream {
 	go func() { _ = ts.ActivateAndServe() }()
 	started.Wait()
 	t.Cleanup(func() { _ = us.Shutdown(); _ = ts.Shutdown() })
+	t.Cleanup(u.release) // before the servers wait for their handlers
 	u.addr = pc.LocalAddr().(*net.UDPAddr).AddrPort()
 	return u
 }
+
+// hugeTXT is how many 255-byte strings the TXT record of a name under
+// huge.test holds: a reply of about 26 KB over TCP.
+const hugeTXT = 100
 
 // listenPair binds UDP and TCP on one kernel-chosen loopback port.
 func listenPair(t testing.TB) (net.PacketConn, net.Listener) {
@@ -210,6 +225,20 @@ func (u *fakeUpstream) serve(w dns.ResponseWriter, req *dns.Msg) {
 	}
 	name := strings.ToLower(q.Name)
 	switch {
+	case strings.HasSuffix(name, ".never.test."):
+		return
+	case strings.HasSuffix(name, ".hold.test."):
+		u.held.Add(1)
+		<-u.releaseCh
+		u.held.Add(-1)
+	}
+	switch {
+	case strings.HasSuffix(name, ".huge.test.") && q.Qtype == dns.TypeTXT:
+		txt := make([]string, hugeTXT)
+		for i := range txt {
+			txt[i] = strings.Repeat(string(rune('a'+i%26)), 255)
+		}
+		m.Answer = []dns.RR{&dns.TXT{Hdr: hdr(dns.TypeTXT), Txt: txt}}
 	case name == "big.test." && q.Qtype == dns.TypeA:
 		for i := range bigCount {
 			m.Answer = append(m.Answer, &dns.A{Hdr: hdr(dns.TypeA), A: net.IPv4(10, 0, byte(i/250), byte(i%250+1)).To4()})
@@ -317,6 +346,10 @@ type testEnv struct {
 	udp, tcp string
 	up       *fakeUpstream
 	gen      *atomic.Uint64
+	// cancel ends Run, whose return closes runDone (runErr set before).
+	cancel  context.CancelFunc
+	runDone chan struct{}
+	runErr  error
 }
 
 // newEnv starts a resolver on 127.0.0.1 (kernel-chosen port) forwarding to
@@ -350,14 +383,17 @@ func newEnv(t testing.TB, mod func(*resolver.Config)) *testEnv {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.r.Run(ctx) }()
+	e.cancel, e.runDone = cancel, make(chan struct{})
+	go func() {
+		e.runErr = e.r.Run(ctx)
+		close(e.runDone)
+	}()
 	t.Cleanup(func() {
 		cancel()
 		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
+		case <-e.runDone:
+			if e.runErr != nil {
+				t.Errorf("Run: %v", e.runErr)
 			}
 		case <-time.After(3 * bound):
 			t.Errorf("Run did not return after its context ended")

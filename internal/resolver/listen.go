@@ -17,11 +17,10 @@ const portAttempts = 20
 // listen binds every address of dns.listen: UDPSockets SO_REUSEPORT UDP
 // sockets and one TCP listener on the same port.
 func (r *Resolver) listen() error {
-	slow := make(chan struct{}, maxSlowInFlight)
 	for _, ap := range r.cfg.Listen {
 		var err error
 		for range portAttempts {
-			if err = r.listenOn(ap, slow); err == nil || ap.Port() != 0 || !errors.Is(err, syscall.EADDRINUSE) {
+			if err = r.listenOn(ap); err == nil || ap.Port() != 0 || !errors.Is(err, syscall.EADDRINUSE) {
 				break
 			}
 		}
@@ -37,7 +36,7 @@ func (r *Resolver) listen() error {
 // join only our own group (binding TCP first could land the UDP sockets in
 // another process's group, which would receive part of our queries). On
 // an error everything bound here is closed again.
-func (r *Resolver) listenOn(ap netip.AddrPort, slow chan struct{}) error {
+func (r *Resolver) listenOn(ap netip.AddrPort) error {
 	port := ap.Port()
 	var socks []*udpSocket
 	fail := func(err error) error {
@@ -55,7 +54,7 @@ func (r *Resolver) listenOn(ap netip.AddrPort, slow chan struct{}) error {
 		conn := pc.(*net.UDPConn)
 		port = conn.LocalAddr().(*net.UDPAddr).AddrPort().Port()
 		sock, err := newUDPSocket(conn, netip.AddrPortFrom(ap.Addr(), port), r.packets.NewReader(),
-			r.stats.Shard(uint(r.shardSeq.Add(1))), slow, r.cfg.UDPBatch)
+			r.stats.Shard(uint(r.shardSeq.Add(1))), r.cfg.UDPBatch)
 		if err != nil {
 			_ = conn.Close()
 			return fail(fmt.Errorf("dns.listen %s (udp socket %d): %w", ap, i+1, err))

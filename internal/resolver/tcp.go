@@ -1,10 +1,13 @@
 package resolver
 
 import (
+	"bufio"
 	"encoding/binary"
 	"errors"
+	"io"
 	"net"
 	"net/netip"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -14,121 +17,319 @@ import (
 	"github.com/svc-pf/svc-pf/internal/resolver/stats"
 )
 
-// tcpServer serves DNS over TCP on one address: miekg/dns's connection
-// loop (pipelined queries are read in turn, idle connections closed) over
-// a listener that refuses connections past the limit.
+// tcpShutdownGrace is how long Close lets TCP queries already read be
+// answered before it closes their connections: a bound, so that a client
+// that never reads its answers cannot hold the shutdown (UDP's queries in
+// flight get none: their socket is closed at once).
+const tcpShutdownGrace = time.Second
+
+// tcpServer serves DNS over TCP on one address (RFC 7766). A connection's
+// reader reads its queries in turn and answers what needs no pipeline
+// (FORMERR, NOTIMP, BADVERS) itself; every other query is answered on a
+// goroutine of its own, up to Config.TCPMaxQueriesPerConnection of a
+// connection at once (RFC 7766 §6.2.1.1: a slow answer does not hold up
+// the ones after it), each holding a slow-path slot of its client
+// (inFlight). Replies are written whole, one at a time, each within the
+// idle timeout, so that a client that stops reading loses its connection
+// instead of holding it, and its goroutines, for ever.
 type tcpServer struct {
+	r     *Resolver
 	addr  netip.AddrPort
 	ln    *limitListener
-	srv   *dns.Server
 	shard *stats.Shard
+	done  chan struct{} // closed by stop: accept and read no more
+
+	mu    sync.RWMutex // conns; done's closing against armRead
+	conns map[*tcpConn]struct{}
+	wg    sync.WaitGroup // one per connection in conns
 }
 
-// newTCPServer builds the miekg/dns server of one TCP listener (before Run,
-// so that Close never races with serve over it).
 func newTCPServer(r *Resolver, addr netip.AddrPort, ln *limitListener, shard *stats.Shard) *tcpServer {
-	t := &tcpServer{addr: addr, ln: ln, shard: shard}
-	t.srv = &dns.Server{
-		Listener: t.ln, Net: "tcp", MaxTCPQueries: -1,
-		IdleTimeout:    func() time.Duration { return r.cfg.TCPIdleTimeout },
-		ReadTimeout:    r.cfg.TCPIdleTimeout,
-		WriteTimeout:   5 * time.Second,
-		Handler:        dns.HandlerFunc(func(w dns.ResponseWriter, req *dns.Msg) { t.handle(r, w, req) }),
-		MsgAcceptFunc:  acceptAll,
-		DecorateReader: func(rd dns.Reader) dns.Reader { return checkedReader{Reader: rd, shard: shard} },
-		// What dnswire accepted and miekg/dns cannot unpack: miekg/dns
-		// answers FORMERR itself.
-		MsgInvalidFunc: func([]byte, error) { shard.Inc(stats.ClientParseErrors) },
-	}
-	return t
+	return &tcpServer{r: r, addr: addr, ln: ln, shard: shard, done: make(chan struct{}), conns: map[*tcpConn]struct{}{}}
 }
 
-func (t *tcpServer) serve() { _ = t.srv.ActivateAndServe() }
-
-// acceptAll leaves every message to the pipeline, which answers FORMERR
-// or NOTIMP itself and counts it.
-func acceptAll(dns.Header) dns.MsgAcceptAction { return dns.MsgAccept }
-
-// errTCPDrop ends a connection whose message gets no answer.
-var errTCPDrop = errors.New("resolver: a TCP message without a header, or a response: connection closed")
-
-// checkedReader parses each TCP message with dnswire before miekg/dns
-// sees it, so that TCP refuses, answers and counts malformed queries as
-// UDP does (pipeline.go step 2). A message that gets no answer (no header,
-// or a response) closes the connection, as PowerDNS does; the others get
-// their FORMERR or NOTIMP here and the connection reads on.
-type checkedReader struct {
-	dns.Reader
-	shard *stats.Shard
-}
-
-func (c checkedReader) ReadTCP(conn net.Conn, timeout time.Duration) ([]byte, error) {
+// serve accepts connections until the listener is closed.
+func (t *tcpServer) serve() {
+	var backoff time.Duration
 	for {
-		m, err := c.Reader.ReadTCP(conn, timeout)
+		c, err := t.ln.Accept()
 		if err != nil {
-			return nil, err
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Out of file descriptors and the like: wait a little, as
+			// net/http's server does, rather than spin on the error.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			time.Sleep(backoff)
+			continue
 		}
-		var q dnswire.Query
-		err = q.Parse(m)
-		if err == nil {
-			return m, nil
+		backoff = 0
+		tc := t.track(c)
+		if tc == nil {
+			_ = c.Close() // accepted while stopping
+			return
 		}
-		var pe dnswire.ParseError
-		errors.As(err, &pe)
-		countParseError(c.shard, pe)
-		if pe == 0 || pe.Drop() {
-			return nil, errTCPDrop
-		}
-		out := dnswire.AppendError(make([]byte, 2, 2+dnswire.MaxReplyLen), &q, pe.Rcode(), ourUDPSize)
-		binary.BigEndian.PutUint16(out, uint16(len(out)-2))
-		if err := conn.SetWriteDeadline(time.Now().Add(5 * time.Second)); err != nil {
-			return nil, err
-		}
-		if _, err := conn.Write(out); err != nil {
-			return nil, err
-		}
+		go tc.serve()
 	}
 }
 
-func (t *tcpServer) close() {
-	if t.srv != nil {
-		_ = t.srv.Shutdown()
+// track registers a new connection; nil once stop has begun.
+func (t *tcpServer) track(c net.Conn) *tcpConn {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	select {
+	case <-t.done:
+		return nil
+	default:
 	}
+	var client netip.Addr // always set: the listener is a TCP one
+	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		client = a.AddrPort().Addr().Unmap()
+	}
+	tc := &tcpConn{t: t, conn: c, client: client, idle: t.r.cfg.TCPIdleTimeout,
+		slots: make(chan struct{}, t.r.cfg.TCPMaxQueriesPerConnection)}
+	t.conns[tc] = struct{}{}
+	t.wg.Add(1)
+	return tc
+}
+
+func (t *tcpServer) untrack(c *tcpConn) {
+	t.mu.Lock()
+	delete(t.conns, c)
+	t.mu.Unlock()
+	t.wg.Done()
+}
+
+// armRead sets a connection's read deadline d from now, unless stop has
+// begun: stop's deadline in the past must not be moved forward again.
+func (t *tcpServer) armRead(c net.Conn, d time.Duration) bool {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	select {
+	case <-t.done:
+		return false
+	default:
+	}
+	_ = c.SetReadDeadline(time.Now().Add(d))
+	return true
+}
+
+// stop closes the listener and makes every connection stop reading; the
+// queries already read go on (drain).
+func (t *tcpServer) stop() {
+	t.mu.Lock()
+	select {
+	case <-t.done:
+	default:
+		close(t.done)
+	}
+	for c := range t.conns {
+		_ = c.conn.SetReadDeadline(time.Unix(1, 0))
+	}
+	t.mu.Unlock()
 	_ = t.ln.Close()
 }
 
-func (t *tcpServer) handle(r *Resolver, w dns.ResponseWriter, req *dns.Msg) {
-	start := r.now()
-	ap, _ := netip.ParseAddrPort(w.RemoteAddr().String())
-	client := ap.Addr().Unmap()
-	t.shard.Question(true, client.Is6())
-	opt := req.IsEdns0()
-	if opt != nil && opt.Do() {
-		t.shard.Inc(stats.DNSSECQueries)
+// drain waits, until deadline at most, for the connections to answer
+// what they read, then closes those left: a query still waiting on a
+// forwarder finds its connection gone when it writes (within the 5 s
+// bound of a query), and a blocked write fails at once.
+func (t *tcpServer) drain(deadline time.Time) {
+	done := make(chan struct{})
+	go func() {
+		t.wg.Wait()
+		close(done)
+	}()
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
 	}
-	if opt != nil && opt.Version() != 0 {
-		t.write(r, w, req, errorReply(req, dns.RcodeBadVers), start) // RFC 6891 §6.1.3
-		return
+	t.mu.Lock()
+	for c := range t.conns {
+		_ = c.conn.Close()
 	}
-	ctx := queryContext(start)
-	t.shard.Inc(stats.ConcurrentQueries)
-	reply := r.resolve(ctx, &query{req: req, client: client, tcp: true, start: start, shard: t.shard})
-	t.shard.Dec(stats.ConcurrentQueries)
-	if reply == nil {
-		_ = w.Close() // drop: over TCP, close the connection
-		return
-	}
-	t.write(r, w, req, reply, start)
+	t.mu.Unlock()
 }
 
-func (t *tcpServer) write(r *Resolver, w dns.ResponseWriter, req, reply *dns.Msg, start time.Time) {
-	wire, err := finish(nil, req, reply, true)
-	if err != nil {
-		t.shard.Inc(stats.ServerParseErrors)
-		wire, _ = finish(nil, req, errorReply(req, dns.RcodeServerFailure), true)
+// tcpConn is one client connection.
+type tcpConn struct {
+	t      *tcpServer
+	conn   net.Conn
+	client netip.Addr
+	idle   time.Duration
+	// slots holds one token per query of the connection being answered,
+	// and one for the reader while it reads: when it is full the reader
+	// waits and the client's next queries stay in its socket, as
+	// PowerDNS's max-concurrent-requests-per-tcp-connection does.
+	slots   chan struct{}
+	queries sync.WaitGroup
+	wmu     sync.Mutex // one reply written at a time
+}
+
+// serve reads the connection's queries until it closes, idles, breaks or
+// the server stops, lets the queries read be answered, and closes it.
+func (c *tcpConn) serve() {
+	defer c.t.untrack(c)
+	br := bufio.NewReader(c.conn)
+	for c.next(br) {
 	}
-	_, _ = w.Write(wire)
-	t.shard.Replied(reply.Rcode, r.now().Sub(start))
+	c.queries.Wait()
+	_ = c.conn.Close()
+}
+
+// next reads one message and answers it or hands it on; false: read no
+// more.
+func (c *tcpConn) next(br *bufio.Reader) bool {
+	select {
+	case c.slots <- struct{}{}:
+	case <-c.t.done:
+		return false
+	}
+	msg, err := c.read(br)
+	if err != nil {
+		<-c.slots
+		return false
+	}
+	return c.handle(msg)
+}
+
+// read reads one length-prefixed message. The connection is idle when
+// nothing arrives for the idle timeout while none of its queries is being
+// answered (RFC 7766 §6.2.3); with answers pending the wait goes on. A
+// message begun must arrive whole within the idle timeout too.
+func (c *tcpConn) read(br *bufio.Reader) ([]byte, error) {
+	for {
+		if !c.t.armRead(c.conn, c.idle) {
+			return nil, net.ErrClosed
+		}
+		_, err := br.Peek(1)
+		if err == nil {
+			break
+		}
+		var ne net.Error
+		if !errors.As(err, &ne) || !ne.Timeout() || len(c.slots) <= 1 {
+			return nil, err
+		}
+	}
+	if !c.t.armRead(c.conn, c.idle) {
+		return nil, net.ErrClosed
+	}
+	var l [2]byte
+	if _, err := io.ReadFull(br, l[:]); err != nil {
+		return nil, err
+	}
+	msg := make([]byte, binary.BigEndian.Uint16(l[:]))
+	if _, err := io.ReadFull(br, msg); err != nil {
+		return nil, err
+	}
+	return msg, nil
+}
+
+// handle runs steps 1–2 of pipeline.go on a message (allow_from was the
+// listener's) and hands a query on to answer; the reader's slot goes with
+// it, or is given back here. False: close the connection.
+func (c *tcpConn) handle(msg []byte) bool {
+	r, sh := c.t.r, c.t.shard
+	start := r.now()
+	var q dnswire.Query
+	if err := q.Parse(msg); err != nil {
+		var pe dnswire.ParseError
+		errors.As(err, &pe)
+		countParseError(sh, pe)
+		if pe == 0 || pe.Drop() {
+			// No header, or a response: nothing to answer; the
+			// connection is closed, as PowerDNS does.
+			<-c.slots
+			return false
+		}
+		return c.replyNow(dnswire.AppendError(nil, &q, pe.Rcode(), ourUDPSize))
+	}
+	sh.Question(true, c.client.Is6())
+	if q.EDNS.DO {
+		sh.Inc(stats.DNSSECQueries)
+	}
+	if q.BadVersion() {
+		ok := c.replyNow(dnswire.AppendError(nil, &q, dnswire.RcodeBadVers, ourUDPSize)) // RFC 6891 §6.1.3
+		sh.Replied(dnswire.RcodeBadVers, r.now().Sub(start))
+		return ok
+	}
+	req := unpackQuery(msg, sh)
+	if req == nil {
+		ok := c.replyNow(appendFormErr(nil, msg))
+		sh.Replied(dnswire.RcodeFormatError, r.now().Sub(start))
+		return ok
+	}
+	key := clientKey{addr: c.client}
+	if !r.inflight.acquire(key) {
+		// Over its client's bound (or the slow path's): SERVFAIL, which
+		// a stub takes as "try again or elsewhere", where UDP drops; a
+		// dropped TCP query would leave the client waiting on this
+		// connection until its own timeout. Counted in
+		// over-capacity-drops only, as the UDP drop is, so that
+		// questions = answers* + packetcache-hits + over-capacity-drops
+		// + policy-drops still holds.
+		sh.Inc(stats.OverCapacityDrops)
+		return c.replyNow(dnswire.AppendError(nil, &q, dnswire.RcodeServerFailure, ourUDPSize))
+	}
+	c.queries.Add(1)
+	go c.answer(req, key, start)
+	return true
+}
+
+// replyNow writes a reply the reader built and gives back its slot.
+func (c *tcpConn) replyNow(wire []byte) bool {
+	err := c.write(wire)
+	<-c.slots
+	return err == nil
+}
+
+// answer resolves one query and writes its reply, then gives back its
+// slots.
+func (c *tcpConn) answer(req *dns.Msg, key clientKey, start time.Time) {
+	r, sh := c.t.r, c.t.shard
+	defer func() {
+		r.inflight.release(key)
+		<-c.slots
+		c.queries.Done()
+	}()
+	sh.Inc(stats.ConcurrentQueries)
+	reply := r.resolve(queryContext(start), &query{req: req, client: c.client, tcp: true, start: start, shard: sh})
+	sh.Dec(stats.ConcurrentQueries)
+	if reply == nil {
+		_ = c.conn.Close() // drop: over TCP, close the connection
+		return
+	}
+	wire, err := finish(nil, req, reply, true)
+	if err != nil || len(wire) > dnswire.MaxMsgLen {
+		sh.Inc(stats.ServerParseErrors)
+		reply = errorReply(req, dns.RcodeServerFailure)
+		wire, _ = finish(nil, req, reply, true)
+	}
+	_ = c.write(wire)
+	sh.Replied(reply.Rcode, r.now().Sub(start))
+}
+
+// write sends one reply, length-prefixed, whole: one at a time on the
+// connection, so that two replies' bytes never interleave, and within the
+// idle timeout from when it was ready (waiting behind another reply
+// included). A reply not written by then — the client does not read —
+// closes the connection: its queries' slots come back and its reader
+// stops, rather than a goroutine waiting in Write for ever.
+func (c *tcpConn) write(wire []byte) error {
+	deadline := time.Now().Add(c.idle)
+	out := make([]byte, 2+len(wire))
+	binary.BigEndian.PutUint16(out, uint16(len(wire)))
+	copy(out[2:], wire)
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	_ = c.conn.SetWriteDeadline(deadline)
+	if _, err := c.conn.Write(out); err != nil {
+		_ = c.conn.Close() // cut, or never read: the stream cannot carry another reply
+		return err
+	}
+	return nil
 }
 
 // limitListener closes a connection from outside allow_from at once

@@ -14,19 +14,13 @@ import (
 	"github.com/svc-pf/svc-pf/internal/resolver/stats"
 )
 
-// maxSlowInFlight bounds the queries on the slow path at once; more are
-// dropped and counted (over-capacity-drops), as PowerDNS does past
-// max-mthreads, so that a flood of misses cannot exhaust memory.
-const maxSlowInFlight = 8192
-
 // udpSocket is one SO_REUSEPORT socket and its reader.
 type udpSocket struct {
 	conn   *net.UDPConn
 	addr   netip.AddrPort
 	reader *cache.PacketReader
 	shard  *stats.Shard
-	slow   chan struct{} // the slow path's semaphore, shared by the sockets
-	batch  *udpBatch     // the reader's buffers, dns.udp_batch datagrams
+	batch  *udpBatch // the reader's buffers, dns.udp_batch datagrams
 }
 
 // maxUDPQuery is the largest UDP query read whole; a larger one is
@@ -42,12 +36,12 @@ const maxUDPQuery = 4096
 const replyCap = 4096
 
 func newUDPSocket(conn *net.UDPConn, addr netip.AddrPort, reader *cache.PacketReader, shard *stats.Shard,
-	slow chan struct{}, size int) (*udpSocket, error) {
+	size int) (*udpSocket, error) {
 	b, err := newUDPBatch(conn, size)
 	if err != nil {
 		return nil, err
 	}
-	return &udpSocket{conn: conn, addr: addr, reader: reader, shard: shard, slow: slow, batch: b}, nil
+	return &udpSocket{conn: conn, addr: addr, reader: reader, shard: shard, batch: b}, nil
 }
 
 func (s *udpSocket) close() { _ = s.conn.Close() }
@@ -174,9 +168,12 @@ func (s *udpSocket) handle(r *Resolver, b *udpBatch, i int, now time.Time, v *po
 		}
 	}
 	s.shard.Inc(stats.PacketCacheMisses)
-	select {
-	case s.slow <- struct{}{}:
-	default:
+	if !r.inflight.acquire(clientKey{addr: client}) {
+		// Dropped, as PowerDNS drops past max-mthreads: a client over
+		// its bound is flooding (or everyone is), and a reply would
+		// cost the reader a slot of its batch and could reflect a
+		// forged source's flood; a stub that is not flooding asks
+		// again after its timeout.
 		s.shard.Inc(stats.OverCapacityDrops)
 		return
 	}
@@ -186,7 +183,7 @@ func (s *udpSocket) handle(r *Resolver, b *udpBatch, i int, now time.Time, v *po
 	n := len(pkt)
 	pkt = key.Append(append(make([]byte, 0, n+key.Len()), pkt...))
 	go func() {
-		defer func() { <-s.slow }()
+		defer r.inflight.release(clientKey{addr: client})
 		growStack(n)
 		s.slowPath(r, pkt[:n:n], pkt[n:], from, client, p, now)
 	}()
@@ -252,9 +249,9 @@ func (s *udpSocket) slowPath(r *Resolver, pkt, key []byte, from netip.AddrPort, 
 	start time.Time) {
 	s.shard.Inc(stats.ConcurrentQueries)
 	defer s.shard.Dec(stats.ConcurrentQueries)
-	req := new(dns.Msg)
-	if err := req.Unpack(pkt); err != nil {
-		s.shard.Inc(stats.ClientParseErrors)
+	req := unpackQuery(pkt, s.shard)
+	if req == nil {
+		s.formErr(r, pkt, from, start)
 		return
 	}
 	ctx := queryContext(start)
@@ -280,6 +277,17 @@ func (s *udpSocket) slowPath(r *Resolver, pkt, key []byte, from netip.AddrPort, 
 	}
 	_ = sc.out.send(s, wire, from)
 	s.shard.Replied(reply.Rcode, r.now().Sub(start))
+}
+
+// formErr answers FORMERR to a query unpackQuery refused. Out of
+// slowPath's frame, which every miss's stack holds.
+//
+//go:noinline
+func (s *udpSocket) formErr(r *Resolver, pkt []byte, from netip.AddrPort, start time.Time) {
+	sc := r.replyBufs.Get().(*replyScratch)
+	defer r.replyBufs.Put(sc)
+	_ = sc.out.send(s, appendFormErr(sc.buf[:0], pkt), from)
+	s.shard.Replied(dnswire.RcodeFormatError, r.now().Sub(start))
 }
 
 // replyScratch is what the UDP slow path writes its reply with, recycled
@@ -308,18 +316,6 @@ func (r *Resolver) storePacket(keyBytes, wire []byte) {
 	if key.SetBytes(keyBytes) {
 		_, _ = r.packets.Put(&key, wire, r.now())
 	}
-}
-
-// countParseError counts a packet dnswire refused as PowerDNS does: a
-// response or an opcode other than QUERY is not a query at all
-// (ignored-packets), anything else a query that does not parse
-// (client-parse-errors).
-func countParseError(sh *stats.Shard, pe dnswire.ParseError) {
-	if pe == dnswire.ErrNotQuery || pe == dnswire.ErrOpcode {
-		sh.Inc(stats.IgnoredPackets)
-		return
-	}
-	sh.Inc(stats.ClientParseErrors)
 }
 
 // cacheable says whether a reply may be replayed to the policy class:

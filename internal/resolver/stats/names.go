@@ -180,7 +180,7 @@ var defs = [...]def{
 	counter("outgoing-timeouts", OutgoingTimeouts, "Outgoing queries that timed out."),
 	counter("outgoing4-timeouts", Outgoing4Timeouts, "Outgoing IPv4 queries that timed out."),
 	counter("outgoing6-timeouts", Outgoing6Timeouts, "Outgoing IPv6 queries that timed out."),
-	counter("over-capacity-drops", OverCapacityDrops, "Queries dropped because the concurrent query limit was reached."),
+	counter("over-capacity-drops", OverCapacityDrops, "Queries refused because the concurrent query limit, in all or per client, was reached."),
 	computed("packetcache-entries", promGauge, func(c *Counters, _ *reading) uint64 { return call(c.packetCacheEntries) }, "Entries in the packet cache."),
 	counter("packetcache-hits", PacketCacheHits, "Queries answered from the packet cache."),
 	counter("packetcache-misses", PacketCacheMisses, "Queries not found in the packet cache."),
