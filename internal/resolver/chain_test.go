@@ -70,8 +70,10 @@ func cloakingAnswer(req *dns.Msg) *dns.Msg {
 
 // chainEngine is the policy engine of the cloaking tests: alice
 // (127.0.0.2) blocks category 3; ivan (127.0.0.10) blocks it too but
-// allowlists cloaked.test; grace (127.0.0.8) filters nothing; any other
-// client gets the global layer, which does not block the category.
+// allowlists cloaked.test; grace (127.0.0.8) filters nothing; judy
+// (127.0.0.11) blocks the forwarder's addresses' network, mallory
+// (127.0.0.12) another; any other client gets the global layer, which does
+// not block the category.
 func chainEngine(t testing.TB) *policy.Engine {
 	t.Helper()
 	fs := &fakeSettings{global: mustDoc(t, globalDoc), users: map[string]*settings.Document{}}
@@ -80,6 +82,8 @@ func chainEngine(t testing.TB) *policy.Engine {
 		"127.0.0.2":  {"alice", `{"blocked_categories":[3]}`},
 		"127.0.0.10": {"ivan", `{"blocked_categories":[3],"allowlist":["cloaked.test"]}`},
 		"127.0.0.8":  {"grace", `{"filtering":false}`},
+		"127.0.0.11": {"judy", `{"blocked_networks":["192.0.2.0/24"]}`},
+		"127.0.0.12": {"mallory", `{"blocked_networks":["198.51.100.0/24"]}`},
 	} {
 		p := netip.PrefixFrom(netip.MustParseAddr(ip), 32)
 		a := identity.Attributes{Username: s.user}
@@ -210,5 +214,23 @@ func TestCNAMECloakingCache(t *testing.T) {
 				e.wantMoved(what, before, moved)
 			}
 		})
+	}
+}
+
+// TestCNAMECloakingNetworks: blocked_networks still judges the answer's
+// final addresses, behind an allowed chain as without one; a network that
+// holds none of them blocks nothing.
+func TestCNAMECloakingNetworks(t *testing.T) {
+	e, _ := newCloakingEnv(t)
+	const text = "network: network:192.0.2.0/24"
+	for _, name := range []string{"plain.test", "net.cloaked.test"} {
+		for _, netw := range []string{"udp", "tcp"} {
+			r := e.mustAsk(netw, "127.0.0.11", query(name, dns.TypeA, 1232, false))
+			wantBlocked(t, name+" over "+netw, r, name+".", text)
+			r = e.mustAsk(netw, "127.0.0.12", query(name, dns.TypeA, 1232, false))
+			if r.Rcode != dns.RcodeSuccess || len(r.Answer) == 0 {
+				t.Errorf("%s over %s, another network blocked: %v", name, netw, r)
+			}
+		}
 	}
 }
