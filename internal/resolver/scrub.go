@@ -33,7 +33,7 @@ import (
 //   - every section: class IN only.
 
 // answerChain appends to dst the names qname's answer leads to: the target
-// of the CNAME owned by qname, then that name's, and so on (a DNAME above
+// of the (class IN) CNAME owned by qname, then that name's, and so on (a DNAME above
 // a name, when no CNAME was synthesised from it, leads where its
 // substitution does), fully qualified and lower case. ok is false for a
 // chain longer than policy.MaxChain or one that loops.
@@ -42,7 +42,7 @@ func answerChain(qname string, answer []dns.RR, dst []string) (chain []string, o
 	for {
 		next := ""
 		for _, rr := range answer {
-			if c, isC := rr.(*dns.CNAME); isC && strings.EqualFold(c.Hdr.Name, cur) {
+			if c, isC := rr.(*dns.CNAME); isC && c.Hdr.Class == dns.ClassINET && strings.EqualFold(c.Hdr.Name, cur) {
 				next = c.Target
 				break
 			}
@@ -66,7 +66,7 @@ func answerChain(qname string, answer []dns.RR, dst []string) (chain []string, o
 func dnameTarget(name string, answer []dns.RR) string {
 	for _, rr := range answer {
 		d, ok := rr.(*dns.DNAME)
-		if !ok || d.Hdr.Name == "." || !strictlyBelow(name, d.Hdr.Name) {
+		if !ok || d.Hdr.Class != dns.ClassINET || d.Hdr.Name == "." || !strictlyBelow(name, d.Hdr.Name) {
 			continue
 		}
 		t := name[:len(name)-len(d.Hdr.Name)] + d.Target
@@ -123,7 +123,7 @@ func scrub(m *dns.Msg, qname string, qtype uint16, chain []string) {
 		switch {
 		case h.Rrtype == dns.TypeDNAME:
 			return aboveChain(h.Name)
-		case h.Rrtype == dns.TypeRRSIG && rr.(*dns.RRSIG).TypeCovered == dns.TypeDNAME:
+		case covers(rr, dns.TypeDNAME):
 			return aboveChain(h.Name)
 		case !onChain(h.Name):
 			return false
@@ -131,7 +131,9 @@ func scrub(m *dns.Msg, qname string, qtype uint16, chain []string) {
 			glue = appendTargets(glue, rr)
 			return true
 		case h.Rrtype == dns.TypeRRSIG:
-			zones = append(zones, rr.(*dns.RRSIG).SignerName)
+			if sig, ok := rr.(*dns.RRSIG); ok {
+				zones = append(zones, sig.SignerName)
+			}
 			return true
 		}
 		return false
@@ -172,17 +174,17 @@ func scrub(m *dns.Msg, qname string, qtype uint16, chain []string) {
 	})
 	m.Extra = keep(m.Extra, func(rr dns.RR) bool {
 		h := rr.Header()
-		switch h.Rrtype {
-		case dns.TypeA, dns.TypeAAAA:
-		case dns.TypeRRSIG:
-			if t := rr.(*dns.RRSIG).TypeCovered; t != dns.TypeA && t != dns.TypeAAAA {
-				return false
-			}
-		default:
+		if h.Rrtype != dns.TypeA && h.Rrtype != dns.TypeAAAA && !covers(rr, dns.TypeA) && !covers(rr, dns.TypeAAAA) {
 			return false
 		}
 		return onChain(h.Name) || contains(glue, h.Name)
 	})
+}
+
+// covers reports whether rr is an RRSIG over records of type t.
+func covers(rr dns.RR, t uint16) bool {
+	sig, ok := rr.(*dns.RRSIG)
+	return ok && sig.TypeCovered == t
 }
 
 // keep compacts rrs to the records of class IN that ok accepts, in place;
