@@ -117,6 +117,12 @@ func bailiwickAnswer(req *dns.Msg) *dns.Msg {
 	case "x.dd.scrub.test.": // a DNAME without the CNAME synthesised from it
 		m.Answer = []dns.RR{rr("dd.scrub.test. 300 IN DNAME f.example."), rr("x.f.example. 300 IN A 192.0.2.6"),
 			rr("z.f.example. 300 IN A 203.0.113.6")}
+	case "w.wild.scrub.test.": // a wildcard's answer, its proof in the authority section
+		m.Answer = []dns.RR{rr("w.wild.scrub.test. 300 IN A 192.0.2.8"),
+			rr("w.wild.scrub.test. 300 IN RRSIG A 13 3 300 20300101000000 20200101000000 1 scrub.test. c2ln")}
+		m.Ns = []dns.RR{rr("v.wild.scrub.test. 300 IN NSEC x.wild.scrub.test. A RRSIG NSEC"),
+			rr("v.wild.scrub.test. 300 IN RRSIG NSEC 13 4 300 20300101000000 20200101000000 1 scrub.test. c2ln"),
+			rr("a.bank.example. 300 IN NSEC c.bank.example. A")}
 	case "loop.scrub.test.":
 		m.Answer = []dns.RR{rr("loop.scrub.test. 300 IN CNAME loop2.scrub.test."), rr("loop2.scrub.test. 300 IN CNAME loop.scrub.test.")}
 	case "long.scrub.test.", "ten.scrub.test.":
@@ -156,7 +162,8 @@ func sectionText(rrs []dns.RR) []string {
 // passed on (unbound's scrubber, PowerDNS's sanitizeRecords): the answer
 // section keeps the query name's chain, the authority section SOA and NS
 // at or above it (NS in positive answers only), the additional section the
-// glue of kept NS records, DNSSEC records in the zone of a kept SOA. A
+// glue of kept NS records, DNSSEC records in the zone of a kept SOA or of
+// the signer of the answer. A
 // DNAME's substitution is followed as a CNAME's target. A CNAME chain that loops or is longer than
 // policy.MaxChain is SERVFAIL. The miss (UDP) and the record-cache hit
 // (TCP) carry the same answer and authority.
@@ -180,6 +187,11 @@ func TestForwarderBailiwick(t *testing.T) {
 			answer: []string{"d.scrub.test. IN DNAME e.example.", "x.d.scrub.test. IN CNAME x.e.example.", "x.e.example. IN A 192.0.2.5"}},
 		{name: "x.dd.scrub.test", rcode: dns.RcodeSuccess,
 			answer: []string{"dd.scrub.test. IN DNAME f.example.", "x.f.example. IN A 192.0.2.6"}},
+		{name: "w.wild.scrub.test", rcode: dns.RcodeSuccess,
+			answer: []string{"w.wild.scrub.test. IN A 192.0.2.8",
+				"w.wild.scrub.test. IN RRSIG A 13 3 300 20300101000000 20200101000000 1 scrub.test. c2ln"},
+			ns: []string{"v.wild.scrub.test. IN NSEC x.wild.scrub.test. A RRSIG NSEC",
+				"v.wild.scrub.test. IN RRSIG NSEC 13 4 300 20300101000000 20200101000000 1 scrub.test. c2ln"}},
 		{name: "loop.scrub.test", rcode: dns.RcodeServerFailure},
 		{name: "long.scrub.test", rcode: dns.RcodeServerFailure},
 	}

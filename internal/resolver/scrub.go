@@ -25,8 +25,8 @@ import (
 //     it), and NS only in a positive answer (both drop NS from NXDOMAIN and
 //     NODATA, where spoofed fragments could carry them); DS, NSEC, NSEC3
 //     and RRSIG must be at or below a zone of the answer: a kept SOA's or
-//     NS's owner, or the signer of a kept answer RRSIG (a wildcard's
-//     proof).
+//     NS's owner, or the signer of a kept answer RRSIG (at or above its
+//     owner; a wildcard's proof).
 //   - additional: A and AAAA (and their RRSIGs) of a chain name or of a
 //     name a kept NS, MX, SRV, SVCB or HTTPS record points at, as glue;
 //     nothing else (the forwarder's OPT is its own, the reply gets ours).
@@ -131,8 +131,8 @@ func scrub(m *dns.Msg, qname string, qtype uint16, chain []string) {
 			glue = appendTargets(glue, rr)
 			return true
 		case h.Rrtype == dns.TypeRRSIG:
-			if sig, ok := rr.(*dns.RRSIG); ok {
-				zones = append(zones, sig.SignerName)
+			if sig, ok := rr.(*dns.RRSIG); ok && atOrBelow(h.Name, sig.SignerName) {
+				zones = append(zones, sig.SignerName) // the zone that signed it holds its owner
 			}
 			return true
 		}
