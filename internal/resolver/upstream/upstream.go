@@ -215,9 +215,10 @@ func (c *Client) Close() error {
 // The answer carries q's id and q's question exactly (letter case
 // included), whatever case the forwarder echoed. Its rcode is NOERROR,
 // NXDOMAIN or YXDOMAIN: any other (SERVFAIL, REFUSED, FORMERR, NOTIMP,
-// BADVERS, …) means that forwarder failed, and the next one is asked. Its OPT record, if any, is the forwarder's,
-// answering our EDNS (payload size Config.UDPSize, the client's DO bit):
-// the caller rebuilds EDNS and sizes the reply for its own client.
+// BADVERS, …) means that forwarder failed, and the next one is asked.
+// Its OPT record, if any, is the forwarder's, answering our EDNS (payload
+// size Config.UDPSize, the client's DO bit): the caller rebuilds EDNS and
+// sizes the reply for its own client.
 //
 // Each attempt sends a fresh random id from a socket of its own, and the
 // reply must echo id and question (see checkReply); anything else read
