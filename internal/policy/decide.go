@@ -79,6 +79,15 @@ const (
 	ResultTCPOnly       = "tcp-only rule, over TCP: go on"
 )
 
+// StepCNAME is the trace entry that starts the steps of a name of the
+// answer's CNAME chain (Input.Chain); its result is the name.
+const StepCNAME Reason = "cname"
+
+// MaxChain bounds Input.Chain: the simulator refuses a longer cname
+// parameter, and the resolver answers a longer chain (or a looping one)
+// SERVFAIL, as PowerDNS does past 10 CNAMEs.
+const MaxChain = 10
+
 // TraceEntry is one evaluated step.
 type TraceEntry struct {
 	Step   Reason `json:"step"`
@@ -125,6 +134,12 @@ type Input struct {
 	// AnswerAddr is the answer address (the simulator's rules_ip, the
 	// resolver's upstream A/AAAA); invalid when there is none.
 	AnswerAddr netip.Addr
+	// Chain is the answer's CNAME chain after Domain: the names its CNAME
+	// (and DNAME) records lead to, in order, lower-case A-labels (the
+	// simulator's cname parameter, the resolver's upstream answer). When
+	// Domain's own steps 1–7 allow by default, each name is decided by
+	// steps 1–7 in turn, before step 8 (DecideInto). At most MaxChain.
+	Chain []string
 	// Time is when the query is asked: schedules are judged at it. The zero
 	// time opens no schedule.
 	Time time.Time
@@ -166,20 +181,30 @@ type Decision struct {
 	Trace []TraceEntry
 	// Fingerprint is the policy's fingerprint.
 	Fingerprint string
+	// Via is the name of Input.Chain that decided, "" when the query name
+	// (or step 8, 9) did. Its categories follow the query name's in
+	// Categories.
+	Via string
 
 	rule string // the rule, when not a category's
 }
 
 // Rule is the rule that fired: "blocklist:ads.example", "paused:settings",
 // "category:3 feed=threats key=bad.example", "network:10.0.0.0/8",
-// "safe_search:google", "filtering:false", "" for the default. It allocates
-// for a category rule only (the DNS path need not call it).
+// "safe_search:google", "filtering:false", "" for the default; a name of
+// the answer's CNAME chain that decided is named after it ("category:3
+// feed=threats key=7zip.es via CNAME download.7zip.es"). It allocates for
+// a category rule and a chain's only (the DNS path need not call it).
 func (d Decision) Rule() string {
+	r := d.rule
 	if d.Reason == ReasonCategory && d.Matched >= 0 && d.Matched < len(d.Categories) {
 		c := d.Categories[d.Matched]
-		return "category:" + strconv.Itoa(int(c.Code)) + " feed=" + c.Feed + " key=" + c.Key()
+		r = "category:" + strconv.Itoa(int(c.Code)) + " feed=" + c.Feed + " key=" + c.Key()
 	}
-	return d.rule
+	if d.Via != "" {
+		r += " via CNAME " + d.Via
+	}
+	return r
 }
 
 // SetRule sets the rule text (for RPZ).
@@ -207,8 +232,19 @@ func Decide(in Input, p *Policy, cats Categories) Decision {
 
 // DecideInto evaluates in against p into d, reusing d's Trace and
 // Categories buffers: with room for TraceCap trace entries and the
-// domain's categories it allocates nothing. The first step that applies
-// ends the evaluation; each evaluated step is a trace entry.
+// domain's categories it allocates nothing (a chain's steps need more
+// room). The first step that applies ends the evaluation; each evaluated
+// step is a trace entry.
+//
+// The answer's CNAME chain (in.Chain) is decided after the query name's
+// steps 1–7 and before step 8, only when none of those steps applied:
+// filtering off, an allowlisted query name (AdGuard Home's rule: the
+// allowlisted name wins) or an RPZ passthru lets the whole answer through.
+// Each chain name then goes through steps 1–7 as a query name would, the
+// trace marking its start (StepCNAME); the first whose verdict is not an
+// allow decides the query with its own action, reason and rule, and Via
+// names it. An allow of a chain name (its allowlist entry, a passthru)
+// covers that name only: the next is decided too.
 func DecideInto(d *Decision, in *Input, p *Policy, cats Categories) {
 	d.Reset()
 	d.Fingerprint = p.fingerprint
@@ -239,11 +275,73 @@ func (d *Decision) block(p *Policy, r Reason, rule string) {
 // decide runs the steps; it reports whether the category step looked the
 // categories up.
 func (p *Policy) decide(d *Decision, in *Input, name string, cats Categories) (lookedUp bool) {
+	// The open schedule windows, once for every name (steps 5 and 7).
+	var open uint64
+	if !in.Time.IsZero() {
+		for i := range p.schedules {
+			if p.schedules[i].s.Open(in.Time) {
+				open |= 1 << i
+			}
+		}
+	}
+	decided, lookedUp := p.decideName(d, in, name, in.Path, cats, open)
+	if decided || p.decideChain(d, in, cats, open) {
+		return lookedUp
+	}
+
+	// 8. network
+	switch {
+	case p.networks.empty():
+		d.trace(ReasonNetwork, ResultNoNetworks)
+	case !in.AnswerAddr.IsValid():
+		d.trace(ReasonNetwork, ResultNoAnswer)
+	default:
+		if r, ok := p.networks.lookup(in.AnswerAddr.Unmap()); ok {
+			d.trace(ReasonNetwork, ResultMatch)
+			d.block(p, ReasonNetwork, r)
+			return lookedUp
+		}
+		d.trace(ReasonNetwork, ResultNoMatch)
+	}
+
+	// 9. default
+	d.trace(ReasonDefault, ResultAllow)
+	d.allow(ReasonDefault, "")
+	return lookedUp
+}
+
+// decideChain decides each name of in.Chain by steps 1–7 (DecideInto says
+// why); it reports whether one decided. A chain name's categories are
+// looked up after the query name's, and dropped again when it allows.
+// in.Domain and in.Path are the chain name's while it is decided (the RPZ
+// check reads the name from the Input) and restored after: a copy of the
+// Input handed to the RPZ interface would be an allocation per name.
+func (p *Policy) decideChain(d *Decision, in *Input, cats Categories, open uint64) bool {
+	domain, path := in.Domain, in.Path
+	base := len(d.Categories)
+	for _, c := range in.Chain {
+		c = strings.TrimSuffix(c, ".")
+		d.trace(StepCNAME, c)
+		in.Domain, in.Path = c, ""
+		if decided, _ := p.decideName(d, in, c, "", cats, open); decided && d.Verdict != VerdictAllow {
+			d.Via = c
+			break
+		}
+		d.Categories, d.Matched = d.Categories[:base], -1
+	}
+	in.Domain, in.Path = domain, path
+	return d.Via != ""
+}
+
+// decideName runs steps 1–7 on name: decided says that one applied,
+// lookedUp that the category step looked name's categories up (appended
+// to d.Categories).
+func (p *Policy) decideName(d *Decision, in *Input, name, path string, cats Categories, open uint64) (decided, lookedUp bool) {
 	// 1. filtering off
 	if !p.filtering {
 		d.trace(ReasonFilteringOff, ResultOff)
 		d.allow(ReasonFilteringOff, "filtering:false")
-		return false
+		return true, false
 	}
 	d.trace(ReasonFilteringOff, ResultOn)
 
@@ -251,7 +349,7 @@ func (p *Policy) decide(d *Decision, in *Input, name string, cats Categories) (l
 	if r, ok := p.allow.match(name); ok {
 		d.trace(ReasonAllowlist, ResultMatch)
 		d.allow(ReasonAllowlist, r)
-		return false
+		return true, false
 	}
 	d.trace(ReasonAllowlist, ResultNoMatch)
 
@@ -265,7 +363,7 @@ func (p *Policy) decide(d *Decision, in *Input, name string, cats Categories) (l
 		} else {
 			d.trace(ReasonRPZ, ResultMatch)
 			d.Reason = ReasonRPZ
-			return false
+			return true, false
 		}
 	} else {
 		d.trace(ReasonRPZ, ResultNoMatch)
@@ -275,30 +373,21 @@ func (p *Policy) decide(d *Decision, in *Input, name string, cats Categories) (l
 	if r, ok := p.block.match(name); ok {
 		d.trace(ReasonBlocklist, ResultMatch)
 		d.block(p, ReasonBlocklist, r)
-		return false
+		return true, false
 	}
 	d.trace(ReasonBlocklist, ResultNoMatch)
 
-	// 5. paused, by settings or an open schedule. The open windows are
-	// computed once, for step 7 too.
-	var open uint64
-	if !in.Time.IsZero() {
-		for i := range p.schedules {
-			if p.schedules[i].s.Open(in.Time) {
-				open |= 1 << i
-			}
-		}
-	}
+	// 5. paused, by settings or an open schedule
 	if p.paused {
 		d.trace(ReasonPaused, ResultPausedSetting)
 		d.block(p, ReasonPaused, "paused:settings")
-		return false
+		return true, false
 	}
 	for i := range p.schedules {
 		if open&(1<<i) != 0 && p.schedules[i].paused {
 			d.trace(ReasonPaused, ResultPausedWindow)
 			d.block(p, ReasonPaused, p.schedules[i].pausedRule)
-			return false
+			return true, false
 		}
 	}
 	d.trace(ReasonPaused, ResultNotPaused)
@@ -313,7 +402,7 @@ func (p *Policy) decide(d *Decision, in *Input, name string, cats Categories) (l
 		if e.engine == EngineYouTube {
 			d.Target = p.youtube
 		}
-		return false
+		return true, false
 	} else {
 		d.trace(ReasonSafeSearch, ResultNotEngine)
 	}
@@ -321,39 +410,21 @@ func (p *Policy) decide(d *Decision, in *Input, name string, cats Categories) (l
 	// 7. category
 	if cats == nil {
 		d.trace(ReasonCategory, ResultNoFeeds)
+		return false, false
+	}
+	base := len(d.Categories)
+	d.Categories = cats.Lookup(name, path, d.Categories)
+	if len(d.Categories) == base {
+		d.trace(ReasonCategory, ResultNoCategory)
+	} else if i := p.blockedCategory(d.Categories[base:], open); i >= 0 {
+		d.trace(ReasonCategory, ResultBlocked)
+		d.Matched = base + i
+		d.block(p, ReasonCategory, "")
+		return true, true
 	} else {
-		d.Categories = cats.Lookup(name, in.Path, d.Categories[:0])
-		if len(d.Categories) == 0 {
-			d.trace(ReasonCategory, ResultNoCategory)
-		} else if i := p.blockedCategory(d.Categories, open); i >= 0 {
-			d.trace(ReasonCategory, ResultBlocked)
-			d.Matched = i
-			d.block(p, ReasonCategory, "")
-			return true
-		} else {
-			d.trace(ReasonCategory, ResultNotBlocked)
-		}
+		d.trace(ReasonCategory, ResultNotBlocked)
 	}
-
-	// 8. network
-	switch {
-	case p.networks.empty():
-		d.trace(ReasonNetwork, ResultNoNetworks)
-	case !in.AnswerAddr.IsValid():
-		d.trace(ReasonNetwork, ResultNoAnswer)
-	default:
-		if r, ok := p.networks.lookup(in.AnswerAddr.Unmap()); ok {
-			d.trace(ReasonNetwork, ResultMatch)
-			d.block(p, ReasonNetwork, r)
-			return cats != nil
-		}
-		d.trace(ReasonNetwork, ResultNoMatch)
-	}
-
-	// 9. default
-	d.trace(ReasonDefault, ResultAllow)
-	d.allow(ReasonDefault, "")
-	return cats != nil
+	return false, true
 }
 
 // blockedCategory returns the index of the first category blocked by the

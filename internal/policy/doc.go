@@ -1,6 +1,7 @@
 // Package policy is the one decision of DESIGN.md §6.3, shared by the
 // simulator and the resolver: given a query (domain, path, answer address,
-// time), a subscriber's compiled policy and the feeds' categories, it
+// the answer's CNAME chain, time), a subscriber's compiled policy and the
+// feeds' categories, it
 // answers the verdict, the action, the reason, the rule that fired and an
 // ordered trace of the steps evaluated.
 //

@@ -446,3 +446,102 @@ func TestCache(t *testing.T) {
 // The node's feed Set is what the resolver and the simulator pass as
 // Categories.
 var _ Categories = (*feeds.Set)(nil)
+
+// TestChain: the answer's CNAME chain is decided name by name after the
+// query name's steps 1–7 and before step 8; the first name that does not
+// allow decides, its rule naming it, the trace marking where each name's
+// steps start; an allowlisted (or unfiltered) query name lets the whole
+// chain through; an allowlisted chain name covers itself only.
+func TestChain(t *testing.T) {
+	p := compile(t, `{"blocked_categories":[3],"blocklist":["tracker.example"],"allowlist":["trusted.example","cdn.example"],
+		"blocked_networks":["10.0.0.0/8"]}`)
+	addr := netip.MustParseAddr("10.1.2.3")
+	cases := []struct {
+		name  string
+		in    Input
+		want  want
+		via   string
+		cname int // StepCNAME entries in the trace
+	}{
+		{"a blocked category behind a CNAME", Input{Domain: "x.example", Chain: []string{"download.bad.example."}},
+			want{VerdictBlock, ActionNXDomain, ReasonCategory, "category:3 feed=threats key=bad.example via CNAME download.bad.example"},
+			"download.bad.example", 1},
+		{"the second name of the chain", Input{Domain: "x.example", Chain: []string{"a.example", "y.tracker.example"}},
+			want{VerdictBlock, ActionNXDomain, ReasonBlocklist, "blocklist:tracker.example via CNAME y.tracker.example"},
+			"y.tracker.example", 2},
+		{"the chain before the answer address", Input{Domain: "x.example", Chain: []string{"bad.example"}, AnswerAddr: addr},
+			want{VerdictBlock, ActionNXDomain, ReasonCategory, "category:3 feed=threats key=bad.example via CNAME bad.example"},
+			"bad.example", 1},
+		{"an allowed chain, then the address", Input{Domain: "x.example", Chain: []string{"a.example", "b.example"}, AnswerAddr: addr},
+			want{VerdictBlock, ActionNXDomain, ReasonNetwork, "network:10.0.0.0/8"}, "", 2},
+		{"an allowed chain", Input{Domain: "x.example", Chain: []string{"a.example"}},
+			want{VerdictAllow, ActionAllow, ReasonDefault, ""}, "", 1},
+		{"an allowlisted query name wins", Input{Domain: "www.trusted.example", Chain: []string{"bad.example"}, AnswerAddr: addr},
+			want{VerdictAllow, ActionAllow, ReasonAllowlist, "allowlist:trusted.example"}, "", 0},
+		{"an allowlisted chain name covers itself only", Input{Domain: "x.example", Chain: []string{"cdn.example", "bad.example"}},
+			want{VerdictBlock, ActionNXDomain, ReasonCategory, "category:3 feed=threats key=bad.example via CNAME bad.example"},
+			"bad.example", 2},
+		{"the query name decides first", Input{Domain: "tracker.example", Chain: []string{"bad.example"}},
+			want{VerdictBlock, ActionNXDomain, ReasonBlocklist, "blocklist:tracker.example"}, "", 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			in := tc.in
+			d := Decide(in, p, testCats)
+			check(t, d, tc.want)
+			if d.Via != tc.via {
+				t.Errorf("Via %q, want %q", d.Via, tc.via)
+			}
+			n := 0
+			for _, e := range d.Trace {
+				if e.Step == StepCNAME {
+					n++
+				}
+			}
+			if n != tc.cname {
+				t.Errorf("%d cname steps, want %d: %v", n, tc.cname, d.Trace)
+			}
+			if tc.via != "" {
+				if i := slices.Index(d.Trace, TraceEntry{StepCNAME, tc.via}); i < 0 || d.Trace[i+1].Step != ReasonFilteringOff {
+					t.Errorf("the steps of %s do not start after its cname entry: %v", tc.via, d.Trace)
+				}
+			}
+			if code, ok := d.EDE(p); tc.want.verdict == VerdictBlock && (!ok || code != EDEBlocked) {
+				t.Errorf("EDE %d %v, want %d", code, ok, EDEBlocked)
+			}
+		})
+	}
+
+	// Filtering off: nothing of the chain is looked at.
+	off := compile(t, `{"filtering":false,"blocked_categories":[3]}`)
+	check(t, Decide(Input{Domain: "x.example", Chain: []string{"bad.example"}}, off, testCats),
+		want{VerdictAllow, ActionAllow, ReasonFilteringOff, "filtering:false"})
+
+	// The RPZ sees each chain name, and the caller's Input is left as given.
+	in := Input{Domain: "x.example", Path: "/p", Chain: []string{"rpz.example"}, RPZ: fakeRPZ{}}
+	d := Decide(in, p, testCats)
+	check(t, d, want{VerdictBlock, ActionTruncate, ReasonRPZ, "rpz:zone=ops qname=rpz.example via CNAME rpz.example"})
+	var dd Decision
+	DecideInto(&dd, &in, p, testCats)
+	if in.Domain != "x.example" || in.Path != "/p" {
+		t.Errorf("Input changed: %q %q", in.Domain, in.Path)
+	}
+
+	// The category of the chain name that decided follows the query
+	// name's; an allowed chain name's are dropped.
+	d = Decide(Input{Domain: "games.example", Chain: []string{"cdn.example", "download.bad.example"}, LookupAlways: true}, p, testCats)
+	if len(d.Categories) != 2 || d.Categories[0].Code != 7 || d.Matched != 1 || d.Categories[1].Code != 3 {
+		t.Errorf("categories %v, matched %d", d.Categories, d.Matched)
+	}
+}
+
+// TestChainAllocs: deciding a chain in a reused Decision with room for
+// its trace allocates nothing either.
+func TestChainAllocs(t *testing.T) {
+	p := compile(t, `{"blocked_categories":[3],"blocklist":["ads.example"]}`)
+	d := &Decision{Trace: make([]TraceEntry, 0, 4*TraceCap), Categories: make([]feed.Category, 0, 8)}
+	in := Input{Domain: "x.example", Chain: []string{"a.example", "b.example", "download.bad.example"}, RPZ: fakeRPZ{}}
+	if n := testing.AllocsPerRun(200, func() { DecideInto(d, &in, p, testCats) }); n != 0 {
+		t.Errorf("%v allocations per decision", n)
+	}
+}

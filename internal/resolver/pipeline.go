@@ -42,8 +42,16 @@ import (
 //     transfers, TSIG, OPT, RRSIG, …) is SERVFAIL here, as PowerDNS
 //     answers it, without asking the forwarders: their REFUSED would make
 //     them rest for every client.
-//  8. blocked_networks: when the policy has some, each A/AAAA of the
-//     answer is decided again as the answer address (step 8 of §6.3).
+//  8. the answer: when the name's decision was the default allow (not
+//     filtering off, an allowlist or an RPZ passthru: those let the whole
+//     answer through), the names of its CNAME chain are decided as query
+//     names (policy.Input.Chain: CNAME cloaking cannot hide a blocked
+//     name behind an allowed one), then, when the policy has
+//     blocked_networks, each A/AAAA as the answer address (step 8 of
+//     §6.3). A chain name or an address that blocks gets the block of a
+//     direct query, for the name asked. The record cache holds the answer
+//     for every class, so this runs on its hits too, and the packet cache
+//     keeps the outcome under the policy's key.
 //  9. the reply, sized for the client, stored in the packet cache under the
 //     policy's key (its lifetime cut at the next minute when the policy has
 //     schedules, whose windows open and close on minutes).
@@ -95,18 +103,30 @@ func (r *Resolver) resolve(ctx context.Context, q *query) *dns.Msg {
 		in.Domain = "."
 	}
 	policy.DecideInto(d, in, p, v.Categories)
-	r.countPolicy(q.shard, d, v.RPZ != nil)
 	if d.Verdict != policy.VerdictAllow {
+		r.countPolicy(q.shard, d, v.RPZ != nil)
 		return r.blockedReply(ctx, req, q, d, p)
 	}
 
 	// 7. record cache, else the forwarders
 	reply := r.forward(ctx, req, q)
-	if reply.Rcode != dns.RcodeSuccess || !p.HasNetworks() {
+
+	// 8. the answer's CNAME chain, then its addresses
+	if d.Reason == policy.ReasonDefault {
+		// A chain too long or looping never gets here: forward answers
+		// it SERVFAIL, and the record cache does not hold it.
+		if in.Chain, _ = answerChain(qs.Name, reply.Answer, sc.chain[:0]); len(in.Chain) > 0 {
+			policy.DecideInto(d, in, p, v.Categories)
+		}
+	}
+	r.countPolicy(q.shard, d, v.RPZ != nil)
+	if d.Verdict != policy.VerdictAllow {
+		return r.blockedReply(ctx, req, q, d, p)
+	}
+	if reply.Rcode != dns.RcodeSuccess || d.Reason != policy.ReasonDefault || !p.HasNetworks() {
 		return reply
 	}
-
-	// 8. blocked_networks on the answer's addresses
+	in.Chain = nil // allowed: each address adds step 8 alone
 	for _, rr := range reply.Answer {
 		var a netip.Addr
 		switch x := rr.(type) {
@@ -133,15 +153,16 @@ func (r *Resolver) resolve(ctx context.Context, q *query) *dns.Msg {
 // garbage collector. Nothing of it outlives resolve: the reply copies what
 // it needs (blockedReply's EDE text is a new string).
 type decideScratch struct {
-	d  policy.Decision
-	in policy.Input
+	d     policy.Decision
+	in    policy.Input
+	chain []string // the answer's CNAME chain, for in.Chain
 }
 
 func newDecideScratch() any {
 	return &decideScratch{d: policy.Decision{
 		Trace:      make([]policy.TraceEntry, 0, policy.TraceCap),
 		Categories: make([]feed.Category, 0, 4),
-	}}
+	}, chain: make([]string, 0, policy.MaxChain)}
 }
 
 // countPolicy moves the policy-result-* statistics as PowerDNS does for
@@ -196,6 +217,14 @@ func (r *Resolver) forward(ctx context.Context, req *dns.Msg, q *query) *dns.Msg
 		return errorReply(req, dns.RcodeServerFailure)
 	}
 	cache.EscapeOctets(up.Answer, up.Ns, up.Extra) // packed again, the forwarder's bytes
+	var buf [policy.MaxChain]string
+	chain, ok := answerChain(qs.Name, up.Answer, buf[:0])
+	if !ok {
+		r.log.Debug("CNAME chain too long or looping", "name", qs.Name, "type", dns.TypeToString[qs.Qtype])
+		return errorReply(req, dns.RcodeServerFailure)
+	}
+	scrub(up, qs.Name, qs.Qtype, chain)
+	r.records.ClampTTLs(up) // what a hit of the record cache would say
 	_, _ = r.records.Put(key, up, now)
 	// The forwarder's message becomes the reply (Exchange returns a new
 	// one, never shared, and Put copies what it keeps): its header is
@@ -206,18 +235,7 @@ func (r *Resolver) forward(ctx context.Context, req *dns.Msg, q *query) *dns.Msg
 		RecursionDesired: req.RecursionDesired, CheckingDisabled: req.CheckingDisabled,
 		Rcode: up.Rcode, AuthenticatedData: up.AuthenticatedData}
 	up.Question = req.Question[:1:1]
-	up.Compress = false
-	extra := up.Extra[:0]
-	for _, rr := range up.Extra { // DNSSEC and glue pass through; the OPT is ours
-		if rr.Header().Rrtype != dns.TypeOPT {
-			extra = append(extra, rr)
-		}
-	}
-	clear(up.Extra[len(extra):])
-	up.Extra = extra
-	if len(extra) == 0 {
-		up.Extra = nil
-	}
+	up.Compress = false // the glue and RRSIGs scrub left pass through; the OPT is ours
 	return up
 }
 

@@ -170,7 +170,7 @@ func (b *builtins) lookupDomain(r *Request) map[string]any {
 // written out, not built per answer.
 func (b *builtins) simulateUser(r *Request) *simulateBody {
 	q := policy.Query{
-		Input: policy.Input{Domain: r.Domain, Path: r.Path, AnswerAddr: r.RulesIP, Time: b.clock()},
+		Input: policy.Input{Domain: r.Domain, Path: r.Path, AnswerAddr: r.RulesIP, Chain: r.Chain, Time: b.clock()},
 		IP:    r.IP, Username: r.Username, DeviceID: r.DeviceID,
 		Profile: r.Profile, HasProfile: r.HasProfile, Settings: r.Settings,
 	}

@@ -46,6 +46,7 @@ type Request struct {
 	// SettingsJSON is the settings parameter as given (passed to scripts).
 	SettingsJSON string
 	RulesIP      netip.Addr
+	Chain        []string // the cname parameter (parseChain)
 	Verbose      bool
 	VHost        string
 }
@@ -53,7 +54,7 @@ type Request struct {
 // parameter names of spec 2.
 var (
 	lookupParams   = []string{"domain", "path"}
-	simulateParams = []string{"domain", "path", "ip", "username", "deviceid", "profile", "settings", "rules_ip", "verbose", "vhost"}
+	simulateParams = []string{"domain", "path", "ip", "username", "deviceid", "profile", "settings", "rules_ip", "cname", "verbose", "vhost"}
 )
 
 // ParseLookup validates the parameters of GET /api/v1/domain.
@@ -124,6 +125,10 @@ func (r *Request) set(name, v string) error {
 		}
 	case "rules_ip":
 		if r.RulesIP, err = parseAddr(name, v); err != nil {
+			return err
+		}
+	case "cname":
+		if r.Chain, err = parseChain(v); err != nil {
 			return err
 		}
 	case "username":
@@ -209,6 +214,7 @@ func (r *Request) Table() map[string]any {
 	if r.RulesIP.IsValid() {
 		t["rules_ip"] = r.RulesIP.String()
 	}
+	put("cname", strings.Join(r.Chain, ","))
 	if r.Verbose {
 		t["verbose"] = true
 	}

@@ -3,6 +3,7 @@ package cache
 import (
 	"encoding/binary"
 	"hash/maphash"
+	"math"
 	"math/bits"
 	"runtime"
 	"strings"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/svc-pf/svc-pf/internal/resolver/dnswire"
 )
 
 // RecordKey names what the record cache holds: the answer to one question,
@@ -247,24 +250,16 @@ func (c *Record) Put(k RecordKey, m *dns.Msg, now time.Time) (uint32, error) {
 	}
 	key := recordKey{name, k.Type, k.Class, k.DO}
 	e := &recordEntry{rcode: m.Rcode, ad: m.AuthenticatedData, born: now}
+	lo, hi, negative, err := c.ttlBounds(m)
+	if err != nil {
+		return 0, err
+	}
 	var life uint32
-	var lo, hi uint32
-	switch {
-	case m.Rcode == dns.RcodeSuccess && len(m.Answer) > 0:
-		lo, hi = c.minTTL, c.maxTTL
-	case m.Rcode == dns.RcodeSuccess || m.Rcode == dns.RcodeNameError:
-		soa := firstSOA(m.Ns)
-		if soa == nil {
-			return 0, NotCachedNoSOA
-		}
-		life = min(ttl2181(soa.Hdr.Ttl), ttl2181(soa.Minttl), minTTL(m.Answer), c.negativeTTL)
-		e.negative = true
-		lo, hi = 0, life
+	if negative {
+		life, e.negative = hi, true
 		if m.Rcode == dns.RcodeNameError && len(m.Answer) == 0 {
 			key.qtype = typeNXDomain
 		}
-	default:
-		return 0, NotCachedRcode
 	}
 	sc := c.packBufs.Get().(*packScratch)
 	defer c.packBufs.Put(sc)
@@ -291,6 +286,53 @@ func (c *Record) Put(k RecordKey, m *dns.Msg, now time.Time) (uint32, error) {
 	return life, nil
 }
 
+// ttlBounds is the range Put brings every TTL of the upstream response m
+// into: [min_ttl, max_ttl] for NOERROR with answers; [0, the negative
+// lifetime] for NXDOMAIN and NODATA, the lifetime being the smaller of the
+// authority SOA's TTL and MINIMUM (and of the TTLs of a CNAME chain in the
+// answer), at most negative_ttl. A negative answer without an SOA, or
+// another rcode, is not stored (err).
+func (c *Record) ttlBounds(m *dns.Msg) (lo, hi uint32, negative bool, err error) {
+	switch {
+	case m.Rcode == dns.RcodeSuccess && len(m.Answer) > 0:
+		return c.minTTL, c.maxTTL, false, nil
+	case m.Rcode == dns.RcodeSuccess || m.Rcode == dns.RcodeNameError:
+		soa := firstSOA(m.Ns)
+		if soa == nil {
+			return 0, 0, true, NotCachedNoSOA
+		}
+		return 0, min(ttl2181(soa.Hdr.Ttl), ttl2181(soa.Minttl), minTTL(m.Answer), c.negativeTTL), true, nil
+	}
+	return 0, 0, false, NotCachedRcode
+}
+
+// ClampTTLs writes into the upstream response m, in place, the TTLs a
+// record-cache hit of it would carry when just stored: every record's TTL
+// (OPT aside: its TTL field is EDNS flags) read as RFC 2181 §8 says and
+// brought into Put's bounds (ttlBounds), so that a client gets the same
+// TTLs from a cache miss as from a hit. A response Put would not keep (a
+// negative answer without an SOA or with a zero lifetime, another rcode)
+// gets [0, max_ttl]. The additional section, which Put does not keep, is
+// clamped as the answer section.
+func (c *Record) ClampTTLs(m *dns.Msg) {
+	lo, hi, _, err := c.ttlBounds(m)
+	if err != nil || hi == 0 {
+		lo, hi = 0, c.maxTTL
+	}
+	for _, rrs := range [...][]dns.RR{m.Answer, m.Ns, m.Extra} {
+		for _, rr := range rrs {
+			if h := rr.Header(); h.Rrtype != dns.TypeOPT {
+				h.Ttl = clampTTL(h.Ttl, lo, hi)
+			}
+		}
+	}
+}
+
+// clampTTL is the TTL the record cache keeps and serves for one the
+// upstream gave: dnswire.CapTTL's reading (RFC 2181 §8, at most hi), at
+// least lo.
+func clampTTL(ttl, lo, hi uint32) uint32 { return max(dnswire.CapTTL(ttl, hi), min(lo, hi)) }
+
 func firstSOA(rrs []dns.RR) *dns.SOA {
 	for _, rr := range rrs {
 		if soa, ok := rr.(*dns.SOA); ok {
@@ -311,12 +353,7 @@ func minTTL(rrs []dns.RR) uint32 {
 }
 
 // ttl2181 reads a TTL as RFC 2181 §8 says: one with the top bit set is 0.
-func ttl2181(t uint32) uint32 {
-	if t > 1<<31-1 {
-		return 0
-	}
-	return t
-}
+func ttl2181(t uint32) uint32 { return dnswire.CapTTL(t, math.MaxUint32) }
 
 // maxPackBuf is the largest packing buffer kept for reuse: a DNS message's
 // records fit in 64 KiB.
@@ -364,7 +401,7 @@ func (sc *packScratch) packClamped(answer, ns []dns.RR, lo, hi uint32) (wire []b
 		if off+11 > len(out) {
 			return nil, 0, 0, 0, false
 		}
-		ttl := min(max(ttl2181(binary.BigEndian.Uint32(out[off+5:])), lo), hi)
+		ttl := clampTTL(binary.BigEndian.Uint32(out[off+5:]), lo, hi)
 		binary.BigEndian.PutUint32(out[off+5:], ttl)
 		least = min(least, ttl)
 		off += 11 + int(binary.BigEndian.Uint16(out[off+9:]))

@@ -1,6 +1,9 @@
 package dnswire
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"math"
+)
 
 // AnswerInfo is what the packet cache needs to know about a response before
 // storing it: how long it may live and whether it may be stored at all.
@@ -103,9 +106,7 @@ func ScanAnswer(msg []byte, offs []uint16) (AnswerInfo, []uint16, error) {
 			off += rdlen
 			continue
 		}
-		if ttl > 1<<31-1 {
-			ttl = 0
-		}
+		ttl = CapTTL(ttl, math.MaxUint32)
 		minTTL = min(minTTL, ttl)
 		a.Records++
 		offs = append(offs, uint16(ttlOff))
@@ -167,16 +168,21 @@ func AgeTTLs(msg []byte, offs []uint16, elapsed uint32) {
 	}
 }
 
-// ClampTTLs lowers every TTL at offs above maxTTL to maxTTL, and treats a TTL
-// with the top bit set as 0 (RFC 2181 §8), so that a client never caches a
-// record longer than this server's cache would.
+// ClampTTLs writes CapTTL of every TTL at offs, so that a client never
+// caches a record longer than this server's cache would.
 func ClampTTLs(msg []byte, offs []uint16, maxTTL uint32) {
 	for _, o := range offs {
 		p := msg[int(o) : int(o)+4 : int(o)+4]
-		ttl := binary.BigEndian.Uint32(p)
-		if ttl > 1<<31-1 {
-			ttl = 0
-		}
-		binary.BigEndian.PutUint32(p, min(ttl, maxTTL))
+		binary.BigEndian.PutUint32(p, CapTTL(binary.BigEndian.Uint32(p), maxTTL))
 	}
+}
+
+// CapTTL is the one rule for a TTL this server passes on, on a cache miss
+// and a hit alike: one with the top bit set is 0 (RFC 2181 §8), and none
+// is above maxTTL.
+func CapTTL(ttl, maxTTL uint32) uint32 {
+	if ttl > 1<<31-1 {
+		return 0
+	}
+	return min(ttl, maxTTL)
 }

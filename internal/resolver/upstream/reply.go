@@ -191,13 +191,19 @@ func equalFoldASCII(a, b string) bool {
 }
 
 // isForwarderFailure tells the rcodes that speak about the forwarder, not
-// about the name: it could not resolve (SERVFAIL), will not serve us
-// (REFUSED), or did not understand the query (FORMERR, NOTIMP). Another
-// forwarder may do better, so such a reply is not returned as the answer.
+// about the name: every rcode but NOERROR, NXDOMAIN and YXDOMAIN (a DNAME
+// substitution too long, RFC 6672 §2.2). It could not resolve (SERVFAIL),
+// will not serve us (REFUSED), did not understand the query (FORMERR,
+// NOTIMP), or answered with an rcode no query of ours can get: BADVERS
+// (we send EDNS version 0, which every EDNS server must accept, RFC 6891
+// §6.1.3), BADCOOKIE (we send no cookie), TSIG's (we sign nothing),
+// UPDATE's. Such an rcode is the resolver's problem, not its client's:
+// another forwarder may do better, so the reply is not returned as the
+// answer, and with none left the client gets SERVFAIL.
 func isForwarderFailure(rcode int) bool {
 	switch rcode {
-	case dns.RcodeServerFailure, dns.RcodeRefused, dns.RcodeFormatError, dns.RcodeNotImplemented:
-		return true
+	case dns.RcodeSuccess, dns.RcodeNameError, dns.RcodeYXDomain:
+		return false
 	}
-	return false
+	return true
 }

@@ -36,7 +36,8 @@ const MaxForwarders = 64
 var (
 	// ErrAllFailed: no forwarder gave a usable answer within the bounds
 	// (every attempt timed out, failed, was refused, or answered SERVFAIL,
-	// REFUSED, FORMERR or NOTIMP). The caller answers SERVFAIL.
+	// REFUSED, FORMERR, NOTIMP, BADVERS or any rcode but NOERROR, NXDOMAIN
+	// and YXDOMAIN: isForwarderFailure). The caller answers SERVFAIL.
 	ErrAllFailed = errors.New("upstream: no forwarder answered")
 	// ErrBadQuery: the query cannot be forwarded (not exactly one
 	// question, not a standard query, or a name that does not pack). The
@@ -212,11 +213,12 @@ func (c *Client) Close() error {
 // no forwarder gave one. q is not modified.
 //
 // The answer carries q's id and q's question exactly (letter case
-// included), whatever case the forwarder echoed. Its rcode is never
-// SERVFAIL, REFUSED, FORMERR or NOTIMP: those mean that forwarder failed,
-// and the next one is asked. Its OPT record, if any, is the forwarder's,
-// answering our EDNS (payload size Config.UDPSize, the client's DO bit):
-// the caller rebuilds EDNS and sizes the reply for its own client.
+// included), whatever case the forwarder echoed. Its rcode is NOERROR,
+// NXDOMAIN or YXDOMAIN: any other (SERVFAIL, REFUSED, FORMERR, NOTIMP,
+// BADVERS, …) means that forwarder failed, and the next one is asked.
+// Its OPT record, if any, is the forwarder's, answering our EDNS (payload
+// size Config.UDPSize, the client's DO bit): the caller rebuilds EDNS and
+// sizes the reply for its own client.
 //
 // Each attempt sends a fresh random id from a socket of its own, and the
 // reply must echo id and question (see checkReply); anything else read

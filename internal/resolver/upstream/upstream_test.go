@@ -282,6 +282,12 @@ func TestFailover(t *testing.T) {
 		{"servfail", func(t *testing.T) netip.AddrPort {
 			return startFake(t, "127.0.0.1", rcodeOnly(dns.RcodeServerFailure)).addr
 		}, map[string]uint64{"all-outqueries": 2}},
+		{"badvers", func(t *testing.T) netip.AddrPort {
+			return startFake(t, "127.0.0.1", extendedRcode(dns.RcodeBadVers)).addr
+		}, map[string]uint64{"all-outqueries": 2}},
+		{"badcookie", func(t *testing.T) netip.AddrPort {
+			return startFake(t, "127.0.0.1", extendedRcode(dns.RcodeBadCookie)).addr
+		}, map[string]uint64{"all-outqueries": 2}},
 		{"refused without question", func(t *testing.T) netip.AddrPort {
 			return startFake(t, "127.0.0.1", func(q *dns.Msg, _ []byte) [][]byte {
 				r := new(dns.Msg)
@@ -305,6 +311,18 @@ func TestFailover(t *testing.T) {
 			}
 			checkCounts(t, counters, tt.want)
 		})
+	}
+}
+
+// extendedRcode answers with rcode, which needs an OPT record to carry its
+// upper bits (BADVERS, BADCOOKIE).
+func extendedRcode(rcode int) func(q *dns.Msg, raw []byte) [][]byte {
+	return func(q *dns.Msg, _ []byte) [][]byte {
+		r := new(dns.Msg)
+		r.SetReply(q)
+		r.SetEdns0(1232, false)
+		r.Rcode = rcode
+		return [][]byte{wire(r)}
 	}
 }
 
