@@ -152,7 +152,12 @@ func StartIPMapper(cfg IPMapperConfig, nc *nats.Conn, v Version, log *slog.Logge
 				// Answering but unable to store (a full disk, JetStream
 				// down): every deploy fails, which an operator must see
 				// here rather than in the orgmanager's backlog minutes later.
-				return svc.WriteError()
+				// Storing but not answering every request (its self-probe
+				// went unanswered): deploys wait for their timeout.
+				if err := svc.WriteError(); err != nil {
+					return err
+				}
+				return svc.ServeError()
 			case ipmapper.RoleStandby:
 				// Healthy but not serving: it can take over, which is its
 				// whole job. Only a standby that cannot reach the lock (so

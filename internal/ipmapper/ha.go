@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/svc-pf/svc-pf/internal/ipmapper/wire"
+	"github.com/svc-pf/svc-pf/internal/natsbus"
 	"github.com/svc-pf/svc-pf/internal/session"
 	"github.com/svc-pf/svc-pf/internal/sessionindex"
 )
@@ -132,7 +133,7 @@ func (s *Service) refresher(t *term) {
 			return
 		}
 		ctx, cancel := context.WithTimeout(t.ctx, wait)
-		err := s.lease.refresh(ctx)
+		err := natsbus.Unreachable(s.cfg.Conn, s.lease.refresh(ctx), "refresh the lock of bucket "+s.cfg.Bucket)
 		cancel()
 		switch {
 		case err == nil:
@@ -165,12 +166,7 @@ func (s *Service) endTerm(t *term) (lost bool) {
 	s.lease.drop()
 	wasActive := s.Role() == RoleActive
 	s.ready.Store(false)
-	if s.svc != nil {
-		if err := s.svc.Stop(); err != nil {
-			s.log.Warn("unregister micro service", "err", err)
-		}
-		s.svc = nil
-	}
+	s.stopServing()
 	s.loops.Wait()
 	// A write in flight holds mu until its acks are back: the lock is
 	// released only once nothing of this term can still be sent.
@@ -231,6 +227,7 @@ func (s *Service) run(t *term) {
 		}
 		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.LockTTL)
 		held, holder, err := s.lease.acquire(ctx)
+		err = natsbus.Unreachable(s.cfg.Conn, err, "take the lock of bucket "+s.cfg.Bucket)
 		cancel()
 		if err != nil {
 			if s.ctx.Err() != nil {
@@ -321,7 +318,11 @@ func (s *Service) activate(ctx context.Context, t *term) (err error) {
 		return err
 	}
 
-	svc, err := micro.AddService(s.cfg.Conn, micro.Config{
+	conn, err := s.dialServiceConn()
+	if err != nil {
+		return fmt.Errorf("ipmapper: connect the micro service: %w", err)
+	}
+	svc, err := micro.AddService(conn, micro.Config{
 		Name:        wire.ServiceName,
 		Version:     wire.ServiceVersion,
 		Description: "svc-pf IP Mapper: authoritative session table of bucket " + s.cfg.Bucket,
@@ -329,8 +330,12 @@ func (s *Service) activate(ctx context.Context, t *term) (err error) {
 			wire.MetadataInstance: s.cfg.Instance},
 	})
 	if err != nil {
+		conn.Close()
 		return fmt.Errorf("ipmapper: add micro service: %w", err)
 	}
+	// From here the term owns both: endTerm stops them, which a failed
+	// activation ends in too.
+	s.svc, s.svcConn = svc, conn
 	g := svc.AddGroup(wire.Group(s.cfg.Bucket))
 	for _, ep := range []struct {
 		name string
@@ -342,17 +347,16 @@ func (s *Service) activate(ctx context.Context, t *term) (err error) {
 		{wire.CmdCleanSessions, s.cleanSessions},
 	} {
 		if err := g.AddEndpoint(ep.name, s.handler(ep.name, ep.fn)); err != nil {
-			_ = svc.Stop()
 			return fmt.Errorf("ipmapper: add endpoint %s: %w", ep.name, err)
 		}
 	}
 	// Once the server has the subscriptions, a request sent on any
 	// connection after Start returns finds the service.
-	if err := s.cfg.Conn.FlushTimeout(s.cfg.WriteTimeout); err != nil {
-		_ = svc.Stop()
-		return fmt.Errorf("ipmapper: flush subscriptions: %w", err)
+	if err := conn.FlushTimeout(s.cfg.WriteTimeout); err != nil {
+		return fmt.Errorf("ipmapper: flush subscriptions: %w", natsbus.Unreachable(conn, err, "register the micro service"))
 	}
-	s.svc = svc
+	s.probeErr.Store(nil)
+	s.loops.Go(func() { s.probeLoop(t.ctx) })
 	s.loops.Go(func() { s.every(t.ctx, s.cfg.SweepInterval, s.sweepTick) })
 	if s.cfg.PurgeDeletesAfter > 0 {
 		s.loops.Go(func() { s.every(t.ctx, min(s.cfg.PurgeDeletesAfter, time.Hour), s.purgeTick) })

@@ -33,6 +33,7 @@ type metrics struct {
 	active         prometheus.GaugeFunc
 	takeovers      prometheus.Counter
 	lockLost       prometheus.Counter
+	probeMissed    prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, sessions, active func() float64) (*metrics, error) {
@@ -89,16 +90,20 @@ func newMetrics(reg prometheus.Registerer, sessions, active func() float64) (*me
 		Name: "svcpf_ipmapper_lock_lost_total",
 		Help: "Times this instance lost the lock while holding it (taken by another, or not refreshed within its TTL) and stopped serving.",
 	})
+	m.probeMissed = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "svcpf_ipmapper_probes_unanswered_total",
+		Help: "Self-probes of the active instance that its micro service did not answer in time (each makes /health 503 until a round is answered in full).",
+	})
 	for _, c := range []prometheus.Collector{
 		m.requests, m.duration, m.sessionsSet, removed, m.loadDuration, m.loadSkipped, m.kvWriteErrors, m.markersPurged, m.stored,
-		m.active, m.takeovers, m.lockLost,
+		m.active, m.takeovers, m.lockLost, m.probeMissed,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	// Pre-create the bounded series so dashboards see zeros, not gaps.
-	for _, cmd := range []string{wire.CmdSetSession, wire.CmdSetSessionBatch, wire.CmdGetSessions, wire.CmdCleanSessions} {
+	for _, cmd := range wire.Commands() {
 		for _, r := range []string{resultOK, resultInvalid, resultError} {
 			m.requests.WithLabelValues(cmd, r)
 		}

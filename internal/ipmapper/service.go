@@ -37,6 +37,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/svc-pf/svc-pf/internal/ipmapper/wire"
+	"github.com/svc-pf/svc-pf/internal/natsbus"
 	"github.com/svc-pf/svc-pf/internal/session"
 	"github.com/svc-pf/svc-pf/internal/sessionindex"
 )
@@ -79,6 +80,14 @@ type Config struct {
 	// Instance names this instance in the lock value and the logs; default
 	// "<hostname>/<pid>".
 	Instance string
+
+	// ProbeInterval is how often the active instance probes its own micro
+	// service through the queue groups its clients use; default 5s.
+	ProbeInterval time.Duration
+	// ProbeTimeout is how long a probe may wait for its answer before the
+	// service counts as not answering (Service.ServeError); default
+	// WriteTimeout.
+	ProbeTimeout time.Duration
 }
 
 // DefaultLockBucket is Config.LockBucket's default.
@@ -125,6 +134,8 @@ type Service struct {
 	store    *store                // set by Start
 	loaded   atomic.Pointer[store] // store, for readers that must not wait for mu
 	svc      micro.Service         // registered while active; owned by the campaign
+	svcConn  *nats.Conn            // svc's own connection, one per term; owned by the campaign
+	probeErr atomic.Pointer[error] // why the last self-probe failed; nil if it was answered
 
 	me      Holder                 // this instance, as its lock value says
 	lease   *lease                 // set by Start
@@ -159,14 +170,20 @@ func New(cfg Config) (*Service, error) {
 	case cfg.Replicas < 0 || cfg.Replicas > 5:
 		return nil, fmt.Errorf("ipmapper: Replicas %d: must be 1..5", cfg.Replicas)
 	}
-	if cfg.SweepInterval < 0 || cfg.WriteTimeout < 0 {
-		return nil, errors.New("ipmapper: SweepInterval and WriteTimeout must not be negative")
+	if cfg.SweepInterval < 0 || cfg.WriteTimeout < 0 || cfg.ProbeInterval < 0 || cfg.ProbeTimeout < 0 {
+		return nil, errors.New("ipmapper: SweepInterval, WriteTimeout, ProbeInterval and ProbeTimeout must not be negative")
 	}
 	if cfg.SweepInterval == 0 {
 		cfg.SweepInterval = 10 * time.Second
 	}
 	if cfg.WriteTimeout == 0 {
 		cfg.WriteTimeout = 5 * time.Second
+	}
+	if cfg.ProbeInterval == 0 {
+		cfg.ProbeInterval = defaultProbeInterval
+	}
+	if cfg.ProbeTimeout == 0 {
+		cfg.ProbeTimeout = cfg.WriteTimeout
 	}
 	if cfg.PurgeDeletesAfter == 0 {
 		cfg.PurgeDeletesAfter = defaultPurgeDeletesAfter
@@ -253,11 +270,11 @@ func (s *Service) Start(ctx context.Context) (err error) {
 	}()
 	st, err := openStore(ctx, s.cfg.Conn, s.cfg.Bucket, s.cfg.Replicas, s.cfg.WriteTimeout, s.log, s.fence)
 	if err != nil {
-		return fmt.Errorf("ipmapper: %w", err)
+		return fmt.Errorf("ipmapper: %w", natsbus.Unreachable(s.cfg.Conn, err, "open bucket "+s.cfg.Bucket))
 	}
 	lockKV, err := openLockBucket(ctx, st.js, s.cfg.LockBucket, s.cfg.LockTTL, s.cfg.Replicas)
 	if err != nil {
-		return fmt.Errorf("ipmapper: %w", err)
+		return fmt.Errorf("ipmapper: %w", natsbus.Unreachable(s.cfg.Conn, err, "open lock bucket "+s.cfg.LockBucket))
 	}
 	l, err := newLease(lockKV, s.cfg.Bucket, s.cfg.LockTTL, s.me)
 	if err != nil {
@@ -268,7 +285,7 @@ func (s *Service) Start(ctx context.Context) (err error) {
 	s.lease = l
 	held, holder, err := l.acquire(ctx)
 	if err != nil {
-		return fmt.Errorf("ipmapper: %w", err)
+		return fmt.Errorf("ipmapper: %w", natsbus.Unreachable(s.cfg.Conn, err, "take the lock of bucket "+s.cfg.Bucket))
 	}
 	s.lockErr.Store(nil)
 	if !held {
@@ -343,6 +360,14 @@ func invalidf(format string, a ...any) error { return invalid(fmt.Errorf(format,
 // description headers plus a wire.ErrorReply body).
 func (s *Service) handler(cmd string, fn func(context.Context, []byte) ([]byte, string, error)) micro.HandlerFunc {
 	return func(req micro.Request) {
+		if req.Headers().Get(wire.HeaderProbe) != "" {
+			// The self-probe (probe.go): that this handler runs is the
+			// answer; it is no request of a client.
+			if err := req.Respond(nil); err != nil {
+				s.log.Debug("answer a probe", "command", cmd, "err", err)
+			}
+			return
+		}
 		began := time.Now()
 		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.WriteTimeout)
 		defer cancel()

@@ -22,6 +22,7 @@ import (
 type store struct {
 	js      jetstream.JetStream
 	kv      jetstream.KeyValue
+	bucket  string
 	subject string // "$KV.<bucket>."
 	stream  string // "KV_<bucket>": the stream behind the bucket
 	timeout time.Duration
@@ -80,6 +81,7 @@ func openStore(ctx context.Context, nc *nats.Conn, bucket string, replicas int, 
 	return &store{
 		js:      js,
 		kv:      kv,
+		bucket:  bucket,
 		subject: "$KV." + bucket + ".",
 		stream:  "KV_" + bucket,
 		timeout: timeout,
@@ -113,7 +115,7 @@ func (st *store) apply(ctx context.Context, writes []write) []error {
 		}
 		f, err := st.js.PublishMsgAsync(msg, jetstream.WithStallWait(st.timeout))
 		if err != nil {
-			errs[i] = err
+			errs[i] = st.unreachable(err)
 			continue
 		}
 		futures[i] = f
@@ -125,13 +127,19 @@ func (st *store) apply(ctx context.Context, writes []write) []error {
 		select {
 		case <-f.Ok():
 		case err := <-f.Err():
-			errs[i] = err
+			errs[i] = st.unreachable(err)
 		case <-ctx.Done():
 			errs[i] = ctx.Err()
 		}
 	}
 	st.noteWrites(errs)
 	return errs
+}
+
+// unreachable names the NATS servers in a write's error when it failed for
+// want of a connection.
+func (st *store) unreachable(err error) error {
+	return natsbus.Unreachable(st.js.Conn(), err, "publish writes to bucket "+st.bucket)
 }
 
 // deleteKeys deletes ids in the bucket (apply's delete writes), one error

@@ -321,3 +321,26 @@ func (l *serverLog) Fatalf(format string, v ...any)  { l.errorf(format, v...) }
 func (l *serverLog) Errorf(format string, v ...any)  { l.errorf(format, v...) }
 func (l *serverLog) Debugf(format string, v ...any)  { l.log.Debug(fmt.Sprintf(format, v...)) }
 func (l *serverLog) Tracef(format string, v ...any)  {}
+
+// Unreachable explains err when it means that nc could not send because it
+// is not connected to any server: nats.go then reports a symptom (with no
+// reconnect buffer, "outbound buffer limit exceeded") that names neither the
+// server nor what is waiting for it. The error names the servers and what
+// the caller waits to do, and still wraps err. Any other error (and nil) is
+// returned as it is.
+func Unreachable(nc *nats.Conn, err error, waiting string) error {
+	if err == nil || !(errors.Is(err, nats.ErrReconnectBufExceeded) || errors.Is(err, nats.ErrConnectionReconnecting) ||
+		errors.Is(err, nats.ErrDisconnected) || errors.Is(err, nats.ErrNoServers)) {
+		return err
+	}
+	return fmt.Errorf("NATS at %s unreachable; waiting to reconnect to %s: %w", servers(nc), waiting, err)
+}
+
+// servers lists the servers nc knows, configured and discovered, as
+// scheme://host:port (nats.go keeps no credentials in them).
+func servers(nc *nats.Conn) string {
+	if s := nc.Servers(); len(s) > 0 {
+		return strings.Join(s, ",")
+	}
+	return "(no server)"
+}

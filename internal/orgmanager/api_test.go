@@ -735,3 +735,23 @@ func TestUnexpectedFailureIs500(t *testing.T) {
 		}
 	})
 }
+
+// TestDeleteMissingOverrideVersion: a batch whose only item deletes a CIDR
+// that does not exist answers the version unchanged, as DELETE of that
+// CIDR does; deleting one that exists bumps it in either form.
+func TestDeleteMissingOverrideVersion(t *testing.T) {
+	eachDB(t, func(t *testing.T, h *harness) {
+		h.must(200, "PUT", "/org/acme", nil)
+		missing := `{"data":[{"cidr":"10.0.0.0/24","delete":true}]}`
+		if v := h.must(204, "DELETE", "/org/acme/overrides?cidr=10.0.0.0/24", nil).version(t); v != "1" {
+			t.Fatalf("DELETE of a missing CIDR: version %s, want 1", v)
+		}
+		if v := h.must(200, "POST", "/org/acme/overrides/batch", missing).version(t); v != "1" {
+			t.Fatalf("batch deleting a missing CIDR: version %s, want 1", v)
+		}
+		h.must(200, "POST", "/org/acme/overrides", map[string]any{"cidr": "10.0.0.0/24"})
+		if v := h.must(200, "POST", "/org/acme/overrides/batch", missing).version(t); v != "3" {
+			t.Fatalf("batch deleting an existing CIDR: version %s, want 3", v)
+		}
+	})
+}

@@ -154,14 +154,20 @@ func pgInt8(rows pgx.Rows, col int) (int64, error) {
 // one array per column and is applied by two statements of constant text
 // (prepared once per connection), whatever the batch size. Many-row VALUES
 // lists cost PostgreSQL more to parse and plan than the rows cost to write.
-func pgApplyOverrides(ctx context.Context, tx *sql.Tx, orgPK, nowMicros int64, deletes [][]byte, rows []upsertRow) error {
+// It returns how many rows the delete removed.
+func pgApplyOverrides(ctx context.Context, tx *sql.Tx, orgPK, nowMicros int64, deletes [][]byte, rows []upsertRow) (int64, error) {
+	var deleted int64
 	if len(deletes) > 0 {
-		if _, err := tx.ExecContext(ctx, `DELETE FROM overrides WHERE org_pk = $1 AND cidr = ANY($2::bytea[])`, orgPK, deletes); err != nil {
-			return err
+		res, err := tx.ExecContext(ctx, `DELETE FROM overrides WHERE org_pk = $1 AND cidr = ANY($2::bytea[])`, orgPK, deletes)
+		if err != nil {
+			return 0, err
+		}
+		if deleted, err = res.RowsAffected(); err != nil {
+			return 0, err
 		}
 	}
 	if len(rows) == 0 {
-		return nil
+		return deleted, nil
 	}
 	keys := make([][]byte, len(rows))
 	users := make([]string, len(rows))
@@ -180,5 +186,5 @@ func pgApplyOverrides(ctx context.Context, tx *sql.Tx, orgPK, nowMicros int64, d
 		SELECT $1, k, u, d, l, t, m, $2, $2
 		FROM unnest($3::bytea[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[]) AS x (k, u, d, l, t, m)`+upsertConflict,
 		orgPK, nowMicros, keys, users, devices, locations, traces, metas)
-	return err
+	return deleted, err
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -20,38 +19,10 @@ func (s *Store) PutOverride(ctx context.Context, org string, o Override) (int64,
 }
 
 // DeleteOverride deletes the organisation's override for cidr. Deleting an
-// absent override is not an error; the version is bumped only when a row was
-// deleted.
+// absent override is not an error. It is a batch of one delete, so that the
+// version follows ApplyBatch's rule: bumped only when a row was deleted.
 func (s *Store) DeleteOverride(ctx context.Context, org string, cidr netip.Prefix) (int64, error) {
-	defer s.cache.invalidate(org) // after the commit: see overrideCache
-	if err := validPrefix(cidr); err != nil {
-		return 0, err
-	}
-	now := s.nowMicros()
-	var version int64
-	err := s.write(ctx, func(tx *sql.Tx) error {
-		pk, v, err := s.lockOrg(ctx, tx, org)
-		if err != nil {
-			return err
-		}
-		version = v
-		res, err := tx.ExecContext(ctx, `DELETE FROM overrides WHERE org_pk = $1 AND cidr = $2`, pk, prefixKey(cidr))
-		if err != nil {
-			return fmt.Errorf("orgstore: delete override: %w", err)
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return fmt.Errorf("orgstore: delete override: %w", err)
-		}
-		if n > 0 {
-			version, err = bumpVersion(ctx, tx, pk, now)
-		}
-		return err
-	})
-	if err != nil {
-		return 0, err
-	}
-	return version, nil
+	return s.ApplyBatch(ctx, org, []BatchOp{{Delete: true, Override: Override{CIDR: cidr}}})
 }
 
 // upsertRow is a validated override ready for the database.
@@ -64,7 +35,11 @@ type upsertRow struct {
 // ApplyBatch applies ops atomically in one transaction with sequential
 // semantics: for one CIDR the last op wins, and an upsert after a delete of
 // the same CIDR creates a fresh override (new CTime). Nothing is applied when
-// an op is invalid. It bumps the version once when len(ops) > 0.
+// an op is invalid. It bumps the version once when the batch changed a row:
+// an upsert always does (it sets MTime at least), a delete only when the
+// override existed. A batch that only deletes absent CIDRs changes nothing
+// and keeps the version, as the single DELETE does (spec 1: the version is
+// bumped by a write that touches the database).
 //
 // The batch is reduced to its net effect first (planBatch): the CIDRs that
 // end deleted or are re-created are deleted, then the CIDRs that end upserted
@@ -83,29 +58,24 @@ func (s *Store) ApplyBatch(ctx context.Context, org string, ops []BatchOp) (int6
 	now := s.nowMicros()
 	var version int64
 	err = s.write(ctx, func(tx *sql.Tx) error {
-		if identity.ValidateOrg(org) != nil {
-			return ErrOrgNotFound
-		}
-		var pk int64
-		// The bump comes first: it locks the organisation's row for the
-		// rest of the transaction and tells a missing organisation apart.
-		err := tx.QueryRowContext(ctx, `UPDATE orgs SET version = version + 1, updated_at = $2 WHERE id = $1 RETURNING pk, version`,
-			org, now).Scan(&pk, &version)
-		if errors.Is(err, sql.ErrNoRows) {
-			return ErrOrgNotFound
-		}
+		pk, v, err := s.lockOrg(ctx, tx, org)
 		if err != nil {
-			return fmt.Errorf("orgstore: bump version: %w", err)
+			return err
 		}
+		version = v
+		var deleted int64
 		if s.dialect == DialectPostgres {
-			err = pgApplyOverrides(ctx, tx, pk, now, deletes, upserts)
+			deleted, err = pgApplyOverrides(ctx, tx, pk, now, deletes, upserts)
 		} else {
-			err = s.q.applyOverrides(ctx, tx, pk, now, deletes, upserts)
+			deleted, err = s.q.applyOverrides(ctx, tx, pk, now, deletes, upserts)
 		}
 		if err != nil {
 			return fmt.Errorf("orgstore: write overrides: %w", err)
 		}
-		return nil
+		if deleted > 0 || len(upserts) > 0 {
+			version, err = bumpVersion(ctx, tx, pk, now)
+		}
+		return err
 	})
 	if err != nil {
 		return 0, err
@@ -254,10 +224,11 @@ const upsertConflict = ` ON CONFLICT (org_pk, cidr) DO UPDATE SET
 
 // applyOverrides is the SQLite batch path: multi-row DELETE … IN (…) and
 // multi-row INSERT … ON CONFLICT DO UPDATE in chunks. CTime is set on insert
-// only; an overwrite keeps it.
-func (q queries) applyOverrides(ctx context.Context, tx *sql.Tx, orgPK, nowMicros int64, deletes [][]byte, rows []upsertRow) error {
-	if _, err := q.execKeyChunks(ctx, tx, `DELETE FROM overrides WHERE org_pk = `, orgPK, deletes); err != nil {
-		return err
+// only; an overwrite keeps it. It returns how many rows the deletes removed.
+func (q queries) applyOverrides(ctx context.Context, tx *sql.Tx, orgPK, nowMicros int64, deletes [][]byte, rows []upsertRow) (int64, error) {
+	deleted, err := q.execKeyChunks(ctx, tx, `DELETE FROM overrides WHERE org_pk = `, orgPK, deletes)
+	if err != nil {
+		return 0, err
 	}
 	for len(rows) > 0 {
 		chunk := rows[:min(len(rows), upsertRowsPerStatement)]
@@ -282,10 +253,10 @@ func (q queries) applyOverrides(ctx context.Context, tx *sql.Tx, orgPK, nowMicro
 		}
 		b.WriteString(upsertConflict)
 		if _, err := tx.ExecContext(ctx, b.String(), args...); err != nil {
-			return err
+			return 0, err
 		}
 	}
-	return nil
+	return deleted, nil
 }
 
 // currentVersion returns the organisation's version, or ErrOrgNotFound.

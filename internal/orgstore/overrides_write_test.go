@@ -272,3 +272,47 @@ func TestApplyBatch(t *testing.T) {
 		}
 	})
 }
+
+// TestBatchVersionRule: a batch bumps the version when it changed a row,
+// by the same rule as the single calls: a batch whose only item deletes a
+// CIDR that does not exist keeps the version, as DELETE of that CIDR does;
+// a delete that removes a row bumps it once, in either form; an upsert
+// always bumps it.
+func TestBatchVersionRule(t *testing.T) {
+	storetest.ForEach(t, func(t *testing.T, dialect string) {
+		ctx := context.Background()
+		s, _ := openClocked(t, dialect)
+		must[int64](t)(s.PutOrg(ctx, "acme"))
+		del := func(c string) []orgstore.BatchOp {
+			return []orgstore.BatchOp{{Delete: true, Override: orgstore.Override{CIDR: pfx(c)}}}
+		}
+		steps := []struct {
+			what  string
+			call  func() (int64, error)
+			after int64
+		}{
+			{"batch deleting a missing CIDR", func() (int64, error) { return s.ApplyBatch(ctx, "acme", del("10.0.0.0/24")) }, 1},
+			{"DELETE of a missing CIDR", func() (int64, error) { return s.DeleteOverride(ctx, "acme", pfx("10.0.0.0/24")) }, 1},
+			{"batch deleting two missing CIDRs", func() (int64, error) {
+				return s.ApplyBatch(ctx, "acme", append(del("10.0.0.0/24"), del("2001:db8::/64")...))
+			}, 1},
+			{"POST", func() (int64, error) { return s.PutOverride(ctx, "acme", orgstore.Override{CIDR: pfx("10.0.0.0/24")}) }, 2},
+			{"batch deleting it", func() (int64, error) { return s.ApplyBatch(ctx, "acme", del("10.0.0.0/24")) }, 3},
+			{"batch deleting it again", func() (int64, error) { return s.ApplyBatch(ctx, "acme", del("10.0.0.0/24")) }, 3},
+			{"batch re-creating it", func() (int64, error) {
+				return s.ApplyBatch(ctx, "acme", []orgstore.BatchOp{{Override: orgstore.Override{CIDR: pfx("10.0.0.0/24")}}})
+			}, 4},
+			{"DELETE of it", func() (int64, error) { return s.DeleteOverride(ctx, "acme", pfx("10.0.0.0/24")) }, 5},
+		}
+		for _, st := range steps {
+			v, err := st.call()
+			if err != nil {
+				t.Fatalf("%s: %v", st.what, err)
+			}
+			if v != st.after {
+				t.Fatalf("%s: version %d, want %d", st.what, v, st.after)
+			}
+			wantVersion(t, s, "acme", st.after)
+		}
+	})
+}

@@ -47,6 +47,18 @@ const (
 	MetadataInstance   = "instance"
 )
 
+// HeaderProbe marks a request as the IP Mapper's self-probe: any endpoint
+// answers it at once with an empty body, without reading the body, touching
+// the table or counting it as a request. The active IP Mapper sends it to
+// its own endpoints through the queue groups its clients use, to find out
+// whether the service answers them (docs/ipmapper.md, "Health").
+const HeaderProbe = "Svcpf-Probe"
+
+// Commands lists the four commands, the micro service's endpoints.
+func Commands() []string {
+	return []string{CmdSetSession, CmdSetSessionBatch, CmdGetSessions, CmdCleanSessions}
+}
+
 // Group is the micro group of the IP Mapper of bucket.
 func Group(bucket string) string { return GroupPrefix + "." + bucket }
 
