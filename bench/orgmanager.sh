@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Orgmanager benchmarks (issue: spec 1 performance targets).
+# Orgmanager benchmarks: the organisation API's performance targets
+# (docs/performance.md, "Organisation manager", has them and the figures).
 #  1. Go benchmarks over a real loopback HTTP server, SQLite and PostgreSQL:
 #     batch of 10 000 upserts, effective ranges with force_latest=1 at 100 000
 #     overrides, write → effective ranges no longer dirty at 50 writes/s.

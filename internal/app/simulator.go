@@ -41,7 +41,7 @@ type LuaConfig struct {
 // models are a large, long-lived heap (≈ 400 MB at 1 M sessions), and every
 // GC cycle marks all of it while requests keep arriving: on 2 cores a cycle
 // takes 0.25–0.7 s and half a core, and the requests due during it make the
-// latency tail (docs/performance.md, "simulator tails"). Fewer cycles mean
+// latency tail (the figures: docs/simulator.md, runtime). Fewer cycles mean
 // fewer slow requests, at the cost of memory; more Ps than cores keep
 // requests moving while the kernel runs another process (a load generator,
 // the resolver) on a core that one of the process's threads was using. The

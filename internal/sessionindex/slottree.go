@@ -76,7 +76,7 @@ func (s *slotTree) run(tag uint32, fn func(slot uint32) bool) {
 // middle and goes on filling the left half, so the right halves it leaves
 // behind are allocated at their size, about 10 bytes a key in all; in
 // ascending order the halves left behind keep the full node's array, about
-// 18 bytes a key (docs/performance.md, 2026-11-24).
+// 18 bytes a key (docs/subscriber-index.md, Builder; measured 2026-11-24).
 func buildSlotTree(keys []uint64) slotTree {
 	if len(keys) == 0 {
 		return slotTree{}
