@@ -325,8 +325,8 @@ func mapperSessions(base, org string) ([]string, error) {
 	return out, nil
 }
 
-// TestNATSClusterNodeLossDuringWrites is the scale path of DESIGN.md end
-// to end: a three-node NATS cluster with the sessions and settings buckets
+// TestNATSClusterNodeLossDuringWrites is the scale path (docs/architecture.md)
+// end to end: a three-node NATS cluster with the sessions and settings buckets
 // at three replicas, the orgmanager on PostgreSQL, the IP Mapper, and two
 // nodes' read models, each service on a different NATS server and given
 // all three. Writers stream organisations, prefixes, overrides and deletes

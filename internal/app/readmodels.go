@@ -28,7 +28,7 @@ import (
 // own settings.
 type readModels struct {
 	feeds    *feeds.Client
-	rpz      *rpz.Set             // the node's RPZ zones (DESIGN.md §6.3 step 3)
+	rpz      *rpz.Set             // the node's RPZ zones (docs/policy.md)
 	sessions *sessions.Model      // nil without NATS
 	settings *settingsmodel.Model // nil without NATS
 
@@ -38,8 +38,8 @@ type readModels struct {
 	lastRPZ  *rpz.Snapshot
 }
 
-// nodeKeys are the node config keys of DESIGN.md §6.2, which the simulator
-// and the resolver share under `svc-pf all`.
+// nodeKeys are the node config keys (feeds, rpz; docs/resolver.md), which
+// the simulator and the resolver share under `svc-pf all`.
 type nodeKeys struct {
 	Feeds []feeds.FeedConfig
 	RPZ   []rpz.ZoneConfig

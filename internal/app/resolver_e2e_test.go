@@ -181,7 +181,7 @@ func TestReadmeResolverSession(t *testing.T) {
 	if m == nil || len(m.Answer) != 1 || !strings.Contains(strings.Join(m.Answer[0].(*dns.TXT).Txt, "\n"), "reason category") {
 		t.Fatalf("debug trace: %v", m)
 	}
-	// Spec 3: the statistics moved, behind the key.
+	// The statistics API: the statistics moved, behind the key.
 	req, _ := http.NewRequest(http.MethodGet, p.node+"/api/v1/servers/localhost/statistics?statistic=questions", nil)
 	req.Header.Set("X-API-Key", "secret")
 	resp, err := http.DefaultClient.Do(req)

@@ -40,7 +40,8 @@ func TestSimulatorTestAndExit(t *testing.T) {
 }
 
 // TestSimulatorNATSEnabledLine: standalone, the log line "NATS enabled"
-// appears exactly when a NATS url is configured (spec 2).
+// appears exactly when a NATS url is configured (docs/simulator.md, Running
+// it).
 func TestSimulatorNATSEnabledLine(t *testing.T) {
 	bus := natstest.Start(t)
 	for _, withNATS := range []bool{false, true} {

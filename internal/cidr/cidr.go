@@ -1,8 +1,9 @@
 // Package cidr parses the CIDR strings that arrive over the orgmanager's REST
 // API (query parameters, override bodies, prefix lists) into canonical
-// netip.Prefix values, applying spec 1's validation steps in their order:
-// syntax, prefix length, canonical form (host bits zero, IPv4 networks in
-// IPv4 form). Prefix coverage is not its concern.
+// netip.Prefix values, applying the organisation API's validation steps in
+// their order (docs/orgmanager.md, rules and how they hold): syntax, prefix
+// length, canonical form (host bits zero, IPv4 networks in IPv4 form). Prefix
+// coverage is not its concern.
 package cidr
 
 import (

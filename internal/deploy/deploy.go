@@ -1,10 +1,11 @@
-// Package deploy is the orgmanager's deploy step (spec 1, DESIGN.md §3): it
-// sits between the store, the source of truth that REST writes change, and
-// the IP Mapper, which receives sessions. A write marks its organisation
-// dirty and queues it; workers coalesce bursts per organisation, read one
-// consistent snapshot, compute effective ranges and sessions, hand the diff
-// against what was deployed to a Publisher, and then update the in-process
-// deploy cache that GET effective-ranges reads. Writes never wait for it.
+// Package deploy is the orgmanager's deploy step (docs/architecture.md,
+// Deploy): it sits between the store, the source of truth that REST writes
+// change, and the IP Mapper, which receives sessions. A write marks its
+// organisation dirty and queues it; workers coalesce bursts per organisation,
+// read one consistent snapshot, compute effective ranges and sessions, hand
+// the diff against what was deployed to a Publisher, and then update the
+// in-process deploy cache that GET effective-ranges reads. Writes never wait
+// for it.
 //
 // Two parts, one file each: the scheduler (scheduler.go) decides when an
 // organisation is deployed and knows nothing of what is published; the

@@ -1,4 +1,4 @@
-// Package feed is the category-feed directory format (DESIGN.md §6.2),
+// Package feed is the category-feed directory format (docs/feeds.md),
 // shared by the write side that builds feeds (internal/feedbuild, `svc-pf
 // feed build`) and every node's feed index (internal/readmodel/feeds),
 // which polls them. It holds the shapes and the codecs, no network I/O:
@@ -42,7 +42,7 @@ const (
 )
 
 // Manifest is feed.json: the latest snapshot and the deltas after it,
-// oldest first (DESIGN.md §6.2), plus CatchUp.
+// oldest first, plus CatchUp.
 //
 // Every entry may name its lineage (Version.ContentSHA256, BaseSHA256): a
 // client applies deltas to the version it holds only when the first one
@@ -499,5 +499,6 @@ type Category struct {
 	Name, Path string
 }
 
-// Key is the feed key that matched, name[/path] (DESIGN.md §6.4 "match").
+// Key is the feed key that matched, name[/path] (the simulator bodies'
+// "match").
 func (c Category) Key() string { return c.Name + c.Path }

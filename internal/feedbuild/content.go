@@ -40,7 +40,7 @@ func (c Content) apply(l feed.Line) {
 	c[l.Key()] = l.Codes
 }
 
-// Lookup finds the entry for name[/path] by DESIGN.md §6.2's rule: the
+// Lookup finds the entry for name[/path] by the feeds' lookup rule: the
 // entry of name, else of each parent in turn; among a name's entries the
 // path entry whose path is the longest prefix of path, else the name's own.
 // name must be in the feed's form (normalize it with NormalizeName).

@@ -1,5 +1,5 @@
-// Package feedbuild is the write side of the category feeds (DESIGN.md
-// §6.2): `svc-pf feed build|serve|lookup`.
+// Package feedbuild is the write side of the category feeds
+// (docs/feeds.md): `svc-pf feed build|serve|lookup`.
 //
 // Data flow: filter lists (hosts files, domain lists, adblock lists, RPZ
 // zones, CSV) → importers (one per source format; each counts what it took

@@ -10,7 +10,7 @@ import (
 // malformed (`?ip=%ZZ`, a `;` separator). URL.Query drops such a pair
 // without a word, and a request answered for other parameters than the
 // client sent (no identity instead of an address) is worse than a refusal.
-// The words are the orgmanager's (its spec 1 query strings).
+// The words are the orgmanager's (its organisation API query strings).
 func ParseQuery(r *http.Request) (url.Values, error) {
 	q, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {

@@ -15,8 +15,8 @@ import (
 	"unicode/utf8"
 )
 
-// Limits on identity strings. Spec 1 names none; these keep one careless
-// client from storing megabytes per override (docs/orgmanager.md).
+// Limits on identity strings. The organisation API names none; these keep one
+// careless client from storing megabytes per override (docs/orgmanager.md).
 const (
 	MaxOrgLen       = 255
 	MaxAttributeLen = 1024
@@ -77,10 +77,10 @@ func (id Identity) Validate() error {
 }
 
 // ValidateOrg checks an organisation id: any non-empty path segment up to
-// MaxOrgLen bytes of printable UTF-8 (DESIGN.md §3). A decoded %2F would
-// make it more than one segment, so '/' is refused; "." and ".." are not
-// segments a client or proxy keeps as they are, since they name the current
-// and parent path. The texts are the API's 400 bodies.
+// MaxOrgLen bytes of printable UTF-8 (docs/orgmanager.md, organisation ids).
+// A decoded %2F would make it more than one segment, so '/' is refused; "."
+// and ".." are not segments a client or proxy keeps as they are, since they
+// name the current and parent path. The texts are the API's 400 bodies.
 func ValidateOrg(org string) error {
 	switch {
 	case org == "":

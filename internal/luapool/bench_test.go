@@ -15,7 +15,7 @@ func benchRequest() map[string]any {
 }
 
 // benchScript builds a fifteen-field nested result the way a simulate body
-// looks (DESIGN.md §6.4).
+// looks (docs/simulator.md, Bodies).
 const benchScript = `
 local m = require("svcpf")
 function simulate(req)

@@ -8,7 +8,7 @@
 // converts a field when the script reads it (wrap.go), and the function's
 // returned value comes back as a Go value — the built-in's own map when the
 // script did not change it — that the simulator encodes as the JSON body
-// (DESIGN.md §6.4, spec 2).
+// (docs/simulator.md, the Lua contract).
 //
 // The entry script is parsed and compiled once; every worker is its own
 // *lua.LState running that compiled chunk, so a worker's globals persist from

@@ -28,7 +28,7 @@ const abandonGrace = time.Second
 // Config configures a Pool.
 type Config struct {
 	// Workers is the number of Lua states, each serving one call at a time
-	// (spec 2's lua.workers); at least 1.
+	// (the simulator's lua.workers); at least 1.
 	Workers int
 	// File is the entry script's path; "" uses Source.
 	File string
@@ -67,8 +67,9 @@ type Module map[string]Func
 // the call's context: a built-in that honours it is stopped with the call.
 type Func func(ctx context.Context, args []any) (any, error)
 
-// Metrics counts what spec 2's svc_pf_simulator_lua_* metrics count.
-// Implementations must be safe for concurrent use.
+// Metrics counts what the simulator API's svc_pf_simulator_lua_* metrics
+// count (docs/simulator.md, Metrics). Implementations must be safe for
+// concurrent use.
 type Metrics interface {
 	// WorkerCreateError is called with the error message when New fails or
 	// a replacement worker cannot be created.

@@ -145,7 +145,7 @@ func TestPrefixes(t *testing.T) {
 			t.Fatalf("prefixes %v", got)
 		}
 
-		// Malformed CIDRs in either array, in the spec's validation order.
+		// Malformed CIDRs in either array, in the API's validation order.
 		for _, c := range []struct {
 			body map[string]any
 			want string

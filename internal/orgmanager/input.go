@@ -14,7 +14,7 @@ import (
 	"github.com/svc-pf/svc-pf/internal/orgstore"
 )
 
-// maxBatchItems is spec 1's limit on a batch.
+// maxBatchItems is the organisation API's limit on a batch.
 const maxBatchItems = 10_000
 
 // Request body caps, derived from the item limits (identity.MaxAttributeLen,
@@ -99,7 +99,7 @@ type inputError struct {
 
 func (e *inputError) Error() string { return e.err.Error() }
 
-// toOverride validates in the spec's order: the required cidr, its syntax,
+// toOverride validates in the API's order: the required cidr, its syntax,
 // length and canonical form, then the other fields. The checks after the
 // CIDR are the store's own (orgstore.PrepareOverride), so a batch item the
 // store would refuse is a per-item error here instead of failing the whole
@@ -177,10 +177,10 @@ func (p *prefixPatch) parse() (add, remove []netip.Prefix, err error) {
 	return add, remove, nil
 }
 
-// specQuery parses the query string of a spec 1 endpoint: a malformed one
-// (`?cidr=bad%ZZ`) and a parameter of names given more than once
-// (`?confirm=true&confirm=false`) are 400s rather than silently read one
-// way. Other parameters are ignored, as spec 1 names none of them.
+// specQuery parses the query string of an organisation API endpoint: a
+// malformed one (`?cidr=bad%ZZ`) and a parameter of names given more than
+// once (`?confirm=true&confirm=false`) are 400s rather than silently read one
+// way. Other parameters are ignored, as the API names none of them.
 func specQuery(raw string, names ...string) (url.Values, error) {
 	q, err := url.ParseQuery(raw)
 	if err != nil {

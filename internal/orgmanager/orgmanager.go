@@ -1,6 +1,6 @@
-// Package orgmanager is the REST API of spec 1: organisations, their IP
-// prefixes, per-CIDR overrides and effective ranges; and beside them the
-// subscriber settings layers of DESIGN.md §6.1. It validates requests,
+// Package orgmanager is the organisation API (docs/orgmanager.md):
+// organisations, their IP prefixes, per-CIDR overrides and effective ranges;
+// and beside them the subscriber settings layers. It validates requests,
 // writes through the store (the source of truth), tells the deployer which
 // organisation changed, and reads effective ranges back from the deploy
 // cache, or from the store with force_latest=1.
@@ -71,7 +71,7 @@ type Config struct {
 	Logger   *slog.Logger
 }
 
-// API serves spec 1 and the settings endpoints of DESIGN.md §6.1.
+// API serves the organisation API and its settings endpoints.
 type API struct {
 	store  Store
 	deploy Deployer
@@ -91,7 +91,8 @@ func New(cfg Config) (*API, error) {
 	return a, nil
 }
 
-// Register mounts every endpoint of spec 1, and the settings endpoints, on r.
+// Register mounts every endpoint of the organisation API, the settings
+// endpoints included, on r.
 func (a *API) Register(r *httpapi.Router) {
 	r.Handle(http.MethodPut, "/org/{org}", a.org(a.putOrg))
 	r.Handle(http.MethodPatch, "/org/{org}", a.org(a.putOrg))

@@ -15,9 +15,9 @@ import (
 	"github.com/svc-pf/svc-pf/internal/settings"
 )
 
-// The settings endpoints (DESIGN.md §6.1): an organisation's documents,
-// scoped by at most one query parameter; the effective policy of one
-// subscriber; and the global layer, outside the /org tree.
+// The settings endpoints (docs/orgmanager.md, Settings): an organisation's
+// documents, scoped by at most one query parameter; the effective policy of
+// one subscriber; and the global layer, outside the /org tree.
 
 // scopeParams are the scope parameters, least specific first.
 var scopeParams = []string{"profile", "location", "username", "deviceid"}

@@ -9,8 +9,8 @@ import (
 )
 
 // MaxMetaLen is the largest meta the store keeps, counted in its compact
-// form. Spec 1 names no limit; this keeps one careless client from storing
-// megabytes per override (docs/orgmanager.md).
+// form. The organisation API names no limit; this keeps one careless client
+// from storing megabytes per override (docs/orgmanager.md).
 const MaxMetaLen = 16 << 10
 
 // NormalizeMeta checks that meta is absent (nil) or a JSON object of at most
@@ -58,7 +58,7 @@ func (e *invalidError) Unwrap() error        { return e.err }
 // member (exact, case-sensitive name; the last one when repeated, as
 // encoding/json decodes) is a JSON string, and "" otherwise: absent, not a
 // string, or meta not a valid JSON object. It is the value forwarded to the
-// IP Mapper (spec 1, reserved meta key).
+// IP Mapper with the session, for tracing only (docs/orgmanager.md).
 //
 // It scans the top-level members by hand rather than decoding: it runs for
 // every item of a 10 000-item batch.

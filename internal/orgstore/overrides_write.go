@@ -38,8 +38,8 @@ type upsertRow struct {
 // an op is invalid. It bumps the version once when the batch changed a row:
 // an upsert always does (it sets MTime at least), a delete only when the
 // override existed. A batch that only deletes absent CIDRs changes nothing
-// and keeps the version, as the single DELETE does (spec 1: the version is
-// bumped by a write that touches the database).
+// and keeps the version, as the single DELETE does (docs/orgmanager.md,
+// versioning: a write bumps the version when it changes the database).
 //
 // The batch is reduced to its net effect first (planBatch): the CIDRs that
 // end deleted or are re-created are deleted, then the CIDRs that end upserted

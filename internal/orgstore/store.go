@@ -1,7 +1,8 @@
 // Package orgstore is the SQL persistence of the organisation manager: the
 // source of truth for organisations, their IP prefixes and per-CIDR overrides
-// (spec 1, DESIGN.md §1 and §3), and the subscriber settings documents (§6.1).
-// The REST handlers write through it; the deploy step reads consistent views
+// (the organisation API, docs/orgmanager.md), and the subscriber settings
+// documents (docs/policy.md, the settings). The REST handlers write through
+// it; the deploy step reads consistent views
 // from it and turns them into sessions for the IP Mapper and settings for
 // the nodes. SQLite (pure Go, the embedded default) and PostgreSQL (the
 // scale path) run the same statements wherever their SQL agrees; docs/store.md

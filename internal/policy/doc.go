@@ -1,9 +1,8 @@
-// Package policy is the one decision of DESIGN.md §6.3, shared by the
+// Package policy is the one decision (docs/policy.md), shared by the
 // simulator and the resolver: given a query (domain, path, answer address,
 // the answer's CNAME chain, time), a subscriber's compiled policy and the
-// feeds' categories, it
-// answers the verdict, the action, the reason, the rule that fired and an
-// ordered trace of the steps evaluated.
+// feeds' categories, it answers the verdict, the action, the reason, the rule
+// that fired and an ordered trace of the steps evaluated.
 //
 // Data flow: identity (readmodel/sessions: ip | username | deviceid →
 // session) → layers (settings.Stack.AppendLayers: global < org < profile <

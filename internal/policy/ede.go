@@ -2,7 +2,7 @@ package policy
 
 import "github.com/svc-pf/svc-pf/internal/settings"
 
-// Extended DNS Error codes of a blocked answer (RFC 8914, DESIGN.md §6.5).
+// Extended DNS Error codes of a blocked answer (RFC 8914; docs/policy.md).
 const (
 	// EDEBlocked: operator policy decided (the global layer, RPZ).
 	EDEBlocked uint16 = 15

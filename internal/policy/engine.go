@@ -57,7 +57,7 @@ type EngineConfig struct {
 	Metrics Metrics
 }
 
-// Engine is the decision of DESIGN.md §6.3 with its inputs resolved: a
+// Engine is the decision (docs/policy.md) with its inputs resolved: a
 // query's client (ip | username | deviceid) through the subscriber index to
 // a session, the session's settings layers merged and compiled once per
 // distinct set of documents (Key: shared by every session with the same
@@ -106,7 +106,7 @@ func (e errorString) Error() string { return string(e) }
 // View returns the current view (one per decision).
 func (e *Engine) View() View { return e.view() }
 
-// Identified-by values of Subject.By (DESIGN.md §6.4).
+// Identified-by values of Subject.By, the simulate body's identity.by.
 const (
 	ByDeviceID = "deviceid"
 	ByUsername = "username"
@@ -161,8 +161,9 @@ const LayerRequest = "request"
 type Query struct {
 	Input
 	// IP, Username and DeviceID identify the client (any may be empty);
-	// deviceid beats username beats ip (DESIGN.md §3). DeviceID is spec
-	// 1's prefix:value form.
+	// deviceid beats username beats ip: the most specific identity wins
+	// (docs/policy.md, who asks). DeviceID is the prefix:value form
+	// overrides carry.
 	IP       netip.Addr
 	Username string
 	DeviceID string

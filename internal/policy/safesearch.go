@@ -1,8 +1,8 @@
 package policy
 
-// Safe search (DESIGN.md §6.1 safe_search, §6.3 step 6): each engine's
-// names answered with the CNAME the engine documents for enforcing its
-// safe mode.
+// Safe search (the safe_search setting, step 6 of the decision;
+// docs/policy.md, Safe search): each engine's names answered with the CNAME
+// the engine documents for enforcing its safe mode.
 //
 //   - Google: www.google.<domain> for every domain of
 //     https://www.google.com/supported_domains → forcesafesearch.google.com

@@ -1,7 +1,8 @@
 // Package ranges turns an organisation's IP prefixes and per-CIDR overrides
-// into the effective ranges the IP Mapper sees (spec 1, DESIGN.md §3). It sits
-// between the orgmanager's store, which supplies prefixes and overrides, and
-// the deploy step, which turns ranges into sessions. It is pure computation.
+// into the effective ranges the IP Mapper sees (docs/orgmanager.md, effective
+// ranges and deploys). It sits between the orgmanager's store, which supplies
+// prefixes and overrides, and the deploy step, which turns ranges into
+// sessions. It is pure computation.
 package ranges
 
 import (

@@ -1,5 +1,5 @@
 // Package readmodel holds what every filter node keeps in memory of the
-// control plane's JetStream key-value buckets (DESIGN.md §1, §7): one
+// control plane's JetStream key-value buckets (docs/architecture.md): one
 // generic Follower that loads a bucket and follows it, and, in its
 // subpackages, the read models built on it (sessions/: the IP → subscriber
 // index; settings/: the settings layers). The feed index (feeds/) is polled

@@ -11,8 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// ZoneConfig is one entry of the node config's `rpz:` list (DESIGN.md §6.2,
-// §6.5), for example
+// ZoneConfig is one entry of the node config's `rpz:` list (docs/policy.md,
+// step 3), for example
 //
 //	rpz:
 //	  - name: operator

@@ -1,7 +1,7 @@
-// Package rpz is the operator's Response Policy Zones (DESIGN.md §6.3 step
-// 3) with PowerDNS Recursor semantics: zone files named in the node config,
-// parsed into per-zone maps of QNAME triggers, and checked for every query
-// between the allowlist and the blocklist.
+// Package rpz is the operator's Response Policy Zones (step 3 of the
+// decision, docs/policy.md) with PowerDNS Recursor semantics: zone files
+// named in the node config, parsed into per-zone maps of QNAME triggers, and
+// checked for every query between the allowlist and the blocklist.
 //
 // Data flow: node config `rpz:` ([]ZoneConfig) → New loads each zone file
 // (Parse: miekg/dns's zone parser, then the RPZ subset this package

@@ -3,7 +3,8 @@ package rpz
 import "github.com/svc-pf/svc-pf/internal/policy"
 
 // Result is a query's RPZ outcome as PowerDNS Recursor counts it: the
-// suffix of its policy-result-* statistics (spec 3's statistics API).
+// suffix of its policy-result-* statistics (the PowerDNS-compatible
+// statistics API).
 type Result uint8
 
 // Results. NoAction is every query no RPZ action answered: no trigger

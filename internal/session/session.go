@@ -31,7 +31,8 @@ type Session struct {
 	// Attributes are the subscriber's within Org (JSON: username, deviceid,
 	// location at the top level of the session object).
 	identity.Attributes
-	// TraceID is observational (spec 1, meta.trace_id): never part of identity.
+	// TraceID is observational (an override's meta.trace_id): never part of
+	// identity.
 	TraceID string `json:"trace_id,omitempty"`
 	// OpaqueID is a producer-chosen reference; immutable once set.
 	OpaqueID  string    `json:"opaque_id,omitempty"`

@@ -1,10 +1,10 @@
-// Package sessionindex is the in-memory index of subscriber sessions that every
-// filter node queries on the DNS path (DESIGN.md §1). The IP Mapper publishes
-// sessions into the JetStream KV bucket "sessions"; the node's sessions read
-// model (internal/readmodel/sessions) follows that bucket and keeps an *Index
-// of it, which the resolver and the simulator read to turn a client IP, a
-// username or a device id into a session. The IP Mapper uses the same type
-// for its own authoritative table.
+// Package sessionindex is the in-memory index of subscriber sessions that
+// every filter node queries on the DNS path (docs/architecture.md). The IP
+// Mapper publishes sessions into the JetStream KV bucket "sessions"; the
+// node's sessions read model (internal/readmodel/sessions) follows that
+// bucket and keeps an *Index of it, which the resolver and the simulator read
+// to turn a client IP, a username or a device id into a session. The IP
+// Mapper uses the same type for its own authoritative table.
 //
 // An *Index is an immutable snapshot. Readers share it freely without locks;
 // writers derive a new snapshot with Apply, which copies only the few small

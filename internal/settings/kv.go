@@ -9,7 +9,7 @@ import (
 )
 
 // Bucket is the JetStream key-value bucket that carries every settings
-// document from the orgmanager's deploy to every node (DESIGN.md §6.1).
+// document from the orgmanager's deploy to every node.
 // A value is a document's canonical JSON (Document.String), which Parse
 // reads back.
 const Bucket = "settings"

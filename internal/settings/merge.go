@@ -8,8 +8,8 @@ import (
 	"slices"
 )
 
-// Layer names, least specific first (DESIGN.md §6.1). A layer of a scope is
-// named with its value: "org:acme", "profile:2", "location:hq",
+// Layer names, least specific first (docs/policy.md, the layers). A layer of
+// a scope is named with its value: "org:acme", "profile:2", "location:hq",
 // "username:alice", "deviceid:mac:0a1b".
 const (
 	LayerDefault  = "default" // built in: what no layer sets

@@ -7,9 +7,10 @@ import (
 	"github.com/svc-pf/svc-pf/internal/identity"
 )
 
-// ScopeKind is the layer of an organisation's settings document (DESIGN.md
-// §6.1); the global layer is outside every organisation and has methods of
-// its own. The values are the layers' order and the database's scope codes.
+// ScopeKind is the layer of an organisation's settings document
+// (docs/policy.md, the layers); the global layer is outside every
+// organisation and has methods of its own. The values are the layers' order
+// and the database's scope codes.
 type ScopeKind uint8
 
 // Scope kinds, least specific first.
@@ -40,7 +41,7 @@ func (k ScopeKind) String() string {
 
 // Scope says which document of an organisation: its own (ScopeOrg), that of
 // profile number Profile, or that of the location, username or device id
-// Value (deviceid in spec 1's "prefix:value" form, as overrides carry it).
+// Value (deviceid in the "prefix:value" form overrides carry).
 type Scope struct {
 	Kind ScopeKind
 	// Value is the location, username or device id; "" for the other kinds.

@@ -1,7 +1,7 @@
 // Package settings is a subscriber's filtering policy as a document
-// (DESIGN.md §6.1): its fields, their validation, the layers it is stored
-// in, and the field-by-field merge of those layers into the effective
-// policy, with the origin of each field and a stable fingerprint.
+// (docs/policy.md, the settings): its fields, their validation, the layers it
+// is stored in, and the field-by-field merge of those layers into the
+// effective policy, with the origin of each field and a stable fingerprint.
 //
 // Data flow: orgmanager REST (Parse) → orgstore → deploy → KV "settings" →
 // readmodel/settings (Parse again: the same rule) → Merge, once per
@@ -81,7 +81,8 @@ func fieldErr(field, format string, a ...any) error {
 	return &FieldError{Field: field, Msg: fmt.Sprintf(format, a...)}
 }
 
-// fieldNames is every field of a document, in the order of DESIGN.md §6.1.
+// fieldNames is every field of a document, in Document's order (the order
+// of its canonical JSON).
 var fieldNames = [...]string{"filtering", "blocked_categories", "allowlist", "blocklist", "blocked_networks",
 	"safe_search", "paused", "action", "schedules", "profile"}
 

@@ -7,8 +7,8 @@ const MaxLayers = 6
 
 // Stack is the stored documents that can apply to one subscriber of an
 // organisation, each as the Layer Merge reports it ("global", "org:acme",
-// "location:hq", …); a Layer whose Doc is nil has no document. It is the
-// one statement of the layer rule of DESIGN.md §6.1, shared by the
+// "location:hq", …); a Layer whose Doc is nil has no document. It is the one
+// statement of the layer rule (docs/policy.md, the layers), shared by the
 // orgmanager's GET /org/{org}/settings/effective and the node's read model
 // (readmodel/settings), so that the simulator, the resolver and the REST
 // answer merge the same layers. A subscriber with no organisation (no

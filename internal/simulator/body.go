@@ -9,7 +9,7 @@ import (
 
 // simulateBody is simulate_user's result: the engine's Result and what
 // the body adds, rendered only where it is needed. The HTTP and NATS
-// bodies are appended straight from it (appendTo: DESIGN.md §6.4's keys in
+// bodies are appended straight from it (appendTo: the documented keys in
 // simulateOrder, the bytes the maps gave); a script reads it as a Go object
 // (luapool.Object: a field is rendered when read, nested objects as JSON
 // decoded on demand, as the maps' json.RawMessage parts were), and a script

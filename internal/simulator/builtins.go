@@ -19,8 +19,8 @@ import (
 	"github.com/svc-pf/svc-pf/internal/settings"
 )
 
-// Entry-function names of the Lua contract (DESIGN.md §6.4), also the
-// `call` label of spec 2's metrics.
+// Entry-function names of the Lua contract (docs/simulator.md), also the
+// `call` label of the simulator API's metrics.
 const (
 	CallLookupDomain = "lookup_domain"
 	CallSimulateUser = "simulate_user"
@@ -146,7 +146,8 @@ func sameMap(a, b map[string]any) bool {
 	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }
 
-// categories renders categories as DESIGN.md §6.4 does.
+// categories renders categories as the domain and simulate bodies carry
+// them: code, title, feed, match.
 func categories(cs []feed.Category) []any {
 	out := make([]any, 0, len(cs))
 	for _, c := range cs {
@@ -183,8 +184,8 @@ func (b *builtins) simulateUser(r *Request) *simulateBody {
 	return body
 }
 
-// identityFields are the keys of the simulate body's identity (DESIGN.md
-// §6.4).
+// identityFields are the keys of the simulate body's identity
+// (docs/simulator.md, Bodies).
 var identityFields = [...]string{"by", "ip", "org", "session_id", "username", "deviceid", "location", "profile"}
 
 // verboseLog is the rule evaluation in words (verbose=1).
@@ -234,7 +235,7 @@ func (b *builtins) codeMappings() any {
 	return map[string]any{"codes": out}
 }
 
-// info is the info payload (DESIGN.md §6.4).
+// info is the info payload (docs/simulator.md, Bodies).
 func (b *builtins) info() map[string]any {
 	var fs []any
 	if b.feeds != nil {

@@ -1,4 +1,4 @@
--- The simulator's default entry file (DESIGN.md §6.4): every entry
+-- The simulator's default entry file (the Lua contract): every entry
 -- function calls its built-in in the preloaded module svcpf. An operator's
 -- lua.file can wrap or replace any of them; see docs/simulator.md.
 local svcpf = require("svcpf")

@@ -18,11 +18,11 @@ import (
 // sorts every map's keys, ≈ 12 % of the simulator's CPU. The bytes mean the
 // same (same fields, same values, the same string escaping as
 // httpapi.WriteJSON, which does not escape HTML); the keys of the body's
-// known objects come in DESIGN.md §6.4's order instead of sorted, and keys
-// the order does not name (a script's own, the settings document's) follow
-// sorted. A value of a type the appender does not know (a script can only
-// produce the known ones; a built-in might) falls back to
-// httpapi.WriteJSON.
+// known objects come in the documented order (docs/simulator.md, Bodies)
+// instead of sorted, and keys the order does not name (a script's own, the
+// settings document's) follow sorted. A value of a type the appender does
+// not know (a script can only produce the known ones; a built-in might)
+// falls back to httpapi.WriteJSON.
 
 // keyOrder is the order of one object's known keys and the orders of its
 // nested objects (by key; for an array, of its elements).
@@ -31,8 +31,8 @@ type keyOrder struct {
 	nested map[string]*keyOrder
 }
 
-// The §6.4 orders. fingerprint (not in §6.4) follows answer, log (verbose)
-// comes last.
+// The documented orders (docs/simulator.md, Bodies): fingerprint follows
+// answer, log (verbose) comes last.
 var (
 	categoryOrder = &keyOrder{keys: []string{"code", "title", "feed", "match"}}
 	answerOrder   = &keyOrder{
@@ -121,7 +121,7 @@ func (p *bodyEncoders) writeBody(w http.ResponseWriter, call string, v any) erro
 
 // AppendBody appends the JSON of call's result v as the HTTP body has it
 // (without the trailing newline): the domain and simulate bodies in
-// DESIGN.md §6.4's key order, other objects' keys sorted. It fails on a
+// the documented key order, other objects' keys sorted. It fails on a
 // value encoding/json would be needed for (then use encoding/json: the
 // value is the same).
 func AppendBody(dst []byte, call string, v any) ([]byte, error) {

@@ -19,7 +19,7 @@ func stdJSON(t *testing.T, v any) ([]byte, error) {
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
-// TestBodyOrder: the simulate body's keys come in DESIGN.md §6.4's order,
+// TestBodyOrder: the simulate body's keys come in the documented order,
 // unknown keys after them sorted, and the bytes decode to the same value
 // encoding/json's do.
 func TestBodyOrder(t *testing.T) {

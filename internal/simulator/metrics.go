@@ -4,10 +4,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// metrics are spec 2's, with exactly its names. Label values are bounded:
-// `call` is one of Calls(), `error` is a worker-creation failure (the
-// service exits after the first), `region` and `version` are constants of
-// the process.
+// metrics are the simulator API's, named exactly as it names them. Label
+// values are bounded: `call` is one of Calls(), `error` is a worker-creation
+// failure (the service exits after the first), `region` and `version` are
+// constants of the process.
 type metrics struct {
 	workers     prometheus.Gauge
 	createError *prometheus.CounterVec

@@ -46,7 +46,7 @@ func (s *Service) ServeNATS(cfg NATSConfig) (stop func() error, err error) {
 	}
 	svc, err := micro.AddService(cfg.Conn, micro.Config{
 		Name: NATSServiceName, Version: "1.0.0",
-		Description: "svc-pf simulator (spec 2) over NATS",
+		Description: "svc-pf simulator API over NATS",
 	})
 	if err != nil {
 		return nil, fmt.Errorf("simulator: add micro service: %w", err)

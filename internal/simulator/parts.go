@@ -16,8 +16,8 @@ import (
 // allocations per request and a good part of the GC's work. A script that
 // reads one gets it decoded (a script sees the same tables as before; a
 // value it changes comes back as a map, and withNulls still restores the
-// identity's nulls). The keys come in DESIGN.md §6.4's order, the order
-// the appender gives the maps (simulateOrder).
+// identity's nulls). The keys come in the documented order, the order the
+// appender gives the maps (simulateOrder).
 
 // appendTrace renders the trace: Evaluate's identity and settings steps,
 // then the decision's.
@@ -70,8 +70,8 @@ func appendIdentity(b []byte, s *policy.Subject) []byte {
 	return append(b, '}')
 }
 
-// appendCategories renders categories as DESIGN.md §6.4 does (categories()
-// as JSON).
+// appendCategories renders categories as the bodies carry them
+// (categories() as JSON).
 func appendCategories(b []byte, cs []feed.Category) []byte {
 	b = append(b, '[')
 	for i, c := range cs {

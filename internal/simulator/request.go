@@ -32,14 +32,14 @@ const (
 )
 
 // Request is a domain lookup or a simulation, its parameters validated and
-// normalised (spec 2's tables).
+// normalised (docs/simulator.md, Parameters).
 type Request struct {
 	Domain string // IDNA A-label, lower case, no trailing dot
 	Path   string // "" or starting with '/'
 	// Simulation only:
 	IP         netip.Addr
 	Username   string
-	DeviceID   string // decoded from hex: spec 1's prefix:value form
+	DeviceID   string // decoded from hex: an override's prefix:value form
 	Profile    int
 	HasProfile bool
 	Settings   *settings.Document
@@ -51,7 +51,7 @@ type Request struct {
 	VHost        string
 }
 
-// parameter names of spec 2.
+// parameter names of the simulator API.
 var (
 	lookupParams   = []string{"domain", "path"}
 	simulateParams = []string{"domain", "path", "ip", "username", "deviceid", "profile", "settings", "rules_ip", "cname", "verbose", "vhost"}
@@ -139,7 +139,7 @@ func (r *Request) set(name, v string) error {
 	case "deviceid":
 		b, err := hex.DecodeString(v)
 		if err != nil {
-			return badf("deviceid must be hex-encoded (spec 2): %v", err)
+			return badf("deviceid must be hex-encoded: %v", err)
 		}
 		if err := (identity.Attributes{DeviceID: string(b)}).Validate(); err != nil {
 			return badf("deviceid decodes to an invalid device id: %v", err)
@@ -188,7 +188,7 @@ func parseAddr(name, v string) (netip.Addr, error) {
 	return a.Unmap(), nil
 }
 
-// Table is the request as a script sees it: spec 2's parameter names with
+// Table is the request as a script sees it: the API's parameter names with
 // their normalised values (domain in A-label form, deviceid decoded, profile
 // a number, verbose a boolean; absent parameters left out).
 func (r *Request) Table() map[string]any {

@@ -56,7 +56,7 @@ type Config struct {
 	Clock        func() time.Time
 }
 
-// Service is spec 2's simulator: the HTTP API and its Lua workers.
+// Service is the simulator: the simulator API over HTTP and its Lua workers.
 type Service struct {
 	cfg     Config
 	pool    *luapool.Pool
@@ -269,7 +269,8 @@ func query(r *http.Request) (url.Values, error) {
 	return q, nil
 }
 
-// readForm reads a POST body as application/x-www-form-urlencoded (spec 2).
+// readForm reads a POST body as application/x-www-form-urlencoded, the one
+// form POST /api/v1/simulate takes.
 func (s *Service) readForm(w http.ResponseWriter, r *http.Request) (url.Values, error) {
 	ct := r.Header.Get("Content-Type")
 	if ct != "" {

@@ -333,7 +333,7 @@ func TestCodeMappingsAndInfo(t *testing.T) {
 	}
 }
 
-// TestMetricsNames: spec 2's metric names, exactly, and they move.
+// TestMetricsNames: the simulator API's metric names, exactly, and they move.
 func TestMetricsNames(t *testing.T) {
 	f := newFixture(t, fixtureOpts{workers: 3})
 	f.get("/api/v1/simulate?domain=a.example&ip=10.0.0.2")

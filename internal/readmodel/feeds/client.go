@@ -17,8 +17,8 @@ import (
 	"github.com/svc-pf/svc-pf/internal/feed"
 )
 
-// FeedConfig is one entry of the node config's `feeds:` list (DESIGN.md
-// §6.2).
+// FeedConfig is one entry of the node config's `feeds:` list
+// (docs/feed-client.md).
 type FeedConfig struct {
 	// Name labels the feed in lookups, metrics, logs and the info payload;
 	// unique within the node. It need not equal the manifest's name (a

@@ -1,4 +1,4 @@
-// Package feeds is every node's feed index (DESIGN.md §6.2): the category
+// Package feeds is every node's feed index (docs/feed-index.md): the category
 // feeds an operator publishes as versioned directories (internal/feed),
 // polled into memory and swapped in atomically, so the decision engine
 // turns a domain (and a URL path) into category codes without I/O or locks.
@@ -87,7 +87,7 @@ func Empty() *Index {
 func (ix *Index) Len() int { return ix.n }
 
 // Lookup finds the entry for name (an A-label without trailing dot) and
-// path ("" or starting with '/') by the rule of DESIGN.md §6.2: the name,
+// path ("" or starting with '/') by the feeds' lookup rule: the name,
 // else each parent in turn, the most specific wins; among the entries of
 // one name, the path entry whose path is the longest prefix of path, else
 // the name's own entry. A name whose path entries do not apply and which
@@ -124,9 +124,10 @@ func (ix *Index) Lookup(name, path string) (Match, bool) {
 		// ix.key.step and the shard's part of ix.probe, inlined by hand:
 		// the compiler does not (they are over its budget), and the two
 		// calls a label spilled and reloaded the loop's state around them
-		// (up to 10 ns a lookup, docs/feed-index.md). The property tests
-		// fail if this step and nameHash.step, by which the index was
-		// built, ever differ.
+		// (docs/feed-index.md; up to 10 ns a lookup in the run of
+		// 2026-11-24, kept in docs/performance.md's git history). The
+		// property tests fail if this step and nameHash.step, by which
+		// the index was built, ever differ.
 		label := name[start:end]
 		switch n := len(label); {
 		case n > 16:
@@ -321,7 +322,7 @@ func (ix *Index) search(p *probe, name, path string) (Match, bool) {
 	return ix.slotMatch(blob, o, suffix, path)
 }
 
-// slotMatch applies the §6.2 rule to the name in the entry at o of blob.
+// slotMatch applies the lookup rule to the name in the entry at o of blob.
 func (ix *Index) slotMatch(blob string, o int, name, path string) (Match, bool) {
 	if blob[o+5] != slotRecord {
 		return Match{Name: name, Codes: ix.sets[le16(blob, o+6)-1]}, true
@@ -349,7 +350,7 @@ type probe struct {
 	over                             bool // the overlay may have it
 }
 
-// match applies the §6.2 rule to one name's record: the longest path entry
+// match applies the lookup rule to one name's record: the longest path entry
 // that prefixes path (paths are stored longest first, so the first that
 // does), else the name's own entry.
 func (ix *Index) match(entries, name, path string) (Match, bool) {

@@ -17,8 +17,8 @@ import (
 // indexRefKey is a key of the reference model.
 type indexRefKey struct{ name, path string }
 
-// indexRef is the brute-force reference: every key, looked up by the §6.2
-// rule spelt out the slow way.
+// indexRef is the brute-force reference: every key, looked up by the
+// feeds' lookup rule (docs/feeds.md) spelt out the slow way.
 type indexRef map[indexRefKey][]uint16
 
 func (r indexRef) set(l feed.Line) {
@@ -298,7 +298,7 @@ func TestIndexDeepNames(t *testing.T) {
 	}
 }
 
-// TestIndexLookupRule is the §6.2 rule's edge cases.
+// TestIndexLookupRule is the lookup rule's edge cases.
 func TestIndexLookupRule(t *testing.T) {
 	long := strings.Repeat("l", 63) + "." + strings.Repeat("m", 63) + "." + strings.Repeat("n", 63) + ".com" // 2-byte length
 	deep := strings.Repeat("d.", 120) + "deep.org"

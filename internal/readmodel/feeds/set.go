@@ -48,9 +48,9 @@ func newCodeTable(c *feed.Codes) *codeTable {
 
 // Lookup appends to dst the categories of name (a lower-case A-label; one
 // trailing dot is ignored) and path ("" or starting with '/'): for each
-// loaded feed in config order, the codes of its matching entry (DESIGN.md
-// §6.2: the name, else the nearest parent; the longest path prefix), in
-// code order. Codes are united across feeds: a code two feeds give appears
+// loaded feed in config order, the codes of its matching entry (the feeds'
+// lookup rule: the name, else the nearest parent; the longest path prefix),
+// in code order. Codes are united across feeds: a code two feeds give appears
 // once per feed, so each keeps its title and provenance. Lookup allocates
 // nothing when dst has room.
 func (s *Set) Lookup(name, path string, dst []feed.Category) []feed.Category {
@@ -70,7 +70,7 @@ func (s *Set) Lookup(name, path string, dst []feed.Category) []feed.Category {
 	return dst
 }
 
-// CodeInfo is a code a feed defines (DESIGN.md §6.4 codemappings).
+// CodeInfo is a code a feed defines (the simulator's codemappings).
 type CodeInfo struct {
 	Code  uint16 `json:"code"`
 	Title string `json:"title"`
@@ -92,7 +92,7 @@ func (s *Set) Codes() []CodeInfo {
 	return out
 }
 
-// FeedInfo is a loaded feed's version (DESIGN.md §6.4 info "feeds").
+// FeedInfo is a loaded feed's version (the simulator's info "feeds").
 type FeedInfo struct {
 	Name     string    `json:"name"`
 	Version  int64     `json:"version"`

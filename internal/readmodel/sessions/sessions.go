@@ -1,9 +1,9 @@
 // Package sessions is the node's sessions read model: the read side of the
-// sessions the IP Mapper publishes (DESIGN.md §1, §3). A readmodel.Follower
-// keeps an immutable sessionindex.Index of the KV bucket "sessions" behind
-// an atomic pointer, so the resolver and the simulator turn a client IP, a
-// username or a device id into a session without a network call and
-// without ever waiting for a lock.
+// sessions the IP Mapper publishes (docs/ipmapper.md, the session). A
+// readmodel.Follower keeps an immutable sessionindex.Index of the KV bucket
+// "sessions" behind an atomic pointer, so the resolver and the simulator turn
+// a client IP, a username or a device id into a session without a network
+// call and without ever waiting for a lock.
 //
 // Data flow: IP Mapper → KV "sessions" → readmodel.Follower → Model →
 // atomic snapshot → resolver / simulator. See docs/subscriber-index.md.

@@ -2,7 +2,7 @@
 // settings read model: every settings document the orgmanager deploys,
 // held in memory by organisation and layer, so that the decision engine
 // finds the layers of a subscriber without a network call and without
-// ever waiting for a lock (DESIGN.md §6.1).
+// ever waiting for a lock (docs/settings-readmodel.md).
 //
 // Data flow: orgmanager deploy → KV "settings" → readmodel.Follower →
 // Model → immutable Snapshot behind an atomic pointer → policy (which

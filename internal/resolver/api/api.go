@@ -1,7 +1,7 @@
-// Package api serves spec 3: the resolver's HTTP API root, its server
-// object and its statistics, in PowerDNS Recursor 4.8's wire format so
-// that tools written for PowerDNS (its own API tests, exporters, agents)
-// work against svc-pf.
+// Package api serves the PowerDNS-compatible statistics API
+// (docs/resolver.md): the resolver's HTTP API root, its server object and its
+// statistics, in PowerDNS Recursor 4.8's wire format so that tools written
+// for PowerDNS (its own API tests, exporters, agents) work against svc-pf.
 //
 // Place in the data flow: the resolver pipeline counts into
 // resolver/stats; this package reads them (Source) for
@@ -53,7 +53,7 @@ type Config struct {
 	Logger   *slog.Logger
 }
 
-// API serves spec 3's endpoints.
+// API serves the statistics API's endpoints.
 type API struct {
 	stats    Source
 	key      []byte // sha256 of APIKey; nil when none is configured
@@ -154,10 +154,10 @@ func validServerID(id string) error {
 	return nil
 }
 
-// Register mounts spec 3's endpoints, and PowerDNS's server object and
-// list beside them, on r. Each path answers OPTIONS as PowerDNS does (a
-// CORS preflight, without a key); other paths under /api are the router's
-// 404.
+// Register mounts the statistics API's endpoints, and PowerDNS's server
+// object and list beside them, on r. Each path answers OPTIONS as PowerDNS
+// does (a CORS preflight, without a key); other paths under /api are the
+// router's 404.
 func (a *API) Register(r *httpapi.Router) {
 	for _, rt := range []struct {
 		pattern       string
@@ -247,7 +247,7 @@ func (a *API) discovery(w http.ResponseWriter, _ *http.Request) {
 }
 
 // root is GET /api/v1: PowerDNS answers an array holding the one root
-// object, and its API tests expect that (DESIGN.md §3).
+// object, and its API tests expect that.
 func (a *API) root(w http.ResponseWriter, _ *http.Request) {
 	httpapi.WriteJSON(w, http.StatusOK, []rootObject{{APIFeatures: []string{}, ServerURL: "/api/v1/servers{/server}"}})
 }

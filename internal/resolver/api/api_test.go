@@ -188,10 +188,10 @@ func TestPDNSServersLocalhost(t *testing.T) {
 	}
 }
 
-// test_Servers.py test_read_statistics, the parts for a recursor that
-// spec 3 keeps: a malformed request line first must not hurt the server;
-// then uptime is listed. (Its MapStatisticItem assertions are not ported:
-// spec 3's items are all StatisticItem.)
+// test_Servers.py test_read_statistics, the parts for a recursor that the
+// statistics API keeps: a malformed request line first must not hurt the
+// server; then uptime is listed. (Its MapStatisticItem assertions are not
+// ported: the API's items are all StatisticItem.)
 func TestPDNSReadStatistics(t *testing.T) {
 	s := startDefault(t)
 	conn, err := net.Dial("tcp", strings.TrimPrefix(s.url, "http://"))
@@ -330,7 +330,7 @@ func TestPDNSCORS(t *testing.T) {
 
 // The tests below are svc-pf's own.
 
-// TestStatisticsListing: spec 3's names, each once and in order, each a
+// TestStatisticsListing: the API's names, each once and in order, each a
 // {"name","type":"StatisticItem","value"} with a decimal string value.
 func TestStatisticsListing(t *testing.T) {
 	s := startDefault(t)

@@ -89,7 +89,7 @@ const (
 	promGauge
 )
 
-// def describes one statistic of spec 3.
+// def describes one statistic of the statistics API.
 type def struct {
 	name    string
 	help    string
@@ -124,7 +124,7 @@ const (
 	whyDead      = "the EDNS PING draft was abandoned: PowerDNS 4.8 never counts it either, and the resolver sends no EDNS PING"
 )
 
-// defs lists every statistic of spec 3 in its order, which is byte order
+// defs lists every statistic of the API in its order, which is byte order
 // (PowerDNS keeps them in a std::map): Lookup searches it. A table, not
 // state: nothing writes it after package initialisation.
 var defs = [...]def{

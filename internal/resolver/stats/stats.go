@@ -1,9 +1,10 @@
-// Package stats holds the resolver's statistics: every name of spec 3, with
-// the meaning PowerDNS Recursor 4.8 gives it.
+// Package stats holds the resolver's statistics: every name the
+// PowerDNS-compatible statistics API lists, with the meaning PowerDNS
+// Recursor 4.8 gives it.
 //
 // Place in the data flow: the resolver's query pipeline counts into a
 // Shard of Counters (atomic adds on cache lines no other core writes);
-// the spec 3 API (package resolver/api) reads them through Snapshot and
+// the statistics API (package resolver/api) reads them through Snapshot and
 // Lookup, and Prometheus reads them through the collector New registers,
 // under PowerDNS's /metrics names (pdns_recursor_<name>). Nothing here
 // knows about DNS messages: the pipeline says what happened.
@@ -62,7 +63,8 @@ const (
 	cacheLine = 128
 )
 
-// Item is one statistic as spec 3 reports it: the value as a decimal string.
+// Item is one statistic as the statistics API reports it: the value as a
+// decimal string.
 type Item struct {
 	Name  string
 	Value string
@@ -400,7 +402,7 @@ func (c *Counters) value(d *def, r *reading) uint64 {
 	return 0
 }
 
-// values reads every statistic, in spec 3's order.
+// values reads every statistic, in the API's order.
 func (c *Counters) values() []uint64 {
 	var r reading
 	out := make([]uint64, len(defs))
@@ -410,7 +412,7 @@ func (c *Counters) values() []uint64 {
 	return out
 }
 
-// Snapshot returns every statistic of spec 3, in its order.
+// Snapshot returns every statistic of the API, in its order.
 func (c *Counters) Snapshot() []Item {
 	vals := c.values()
 	out := make([]Item, len(defs))
@@ -431,7 +433,7 @@ func (c *Counters) Lookup(name string) (Item, bool) {
 	return Item{Name: name, Value: strconv.FormatUint(c.value(&defs[i], &r), 10)}, true
 }
 
-// Names lists every statistic of spec 3, in its order.
+// Names lists every statistic of the API, in its order.
 func Names() []string {
 	out := make([]string, len(defs))
 	for i := range defs {
