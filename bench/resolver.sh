@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The resolver against its peers (issue 10): dnsperf against `svc-pf
+# The resolver against its peers: dnsperf against `svc-pf
 # resolver`, pdns-recursor (Debian's package, as configured by default and
 # tuned with --pdns-distributes-queries=no --reuseport=yes) and unbound
 # (Debian's package), side by side in one run, one local authoritative
 # server (nsd) behind all of them. Absolute figures on this shared 2-core
 # machine swing by ±30 % between runs: compare the servers within a run.
 #
-# Goals (issue 10), as ratios within one run:
+# Goals, as ratios within one run:
 #   cache hits:   svc-pf qps ≥ 1.1 × the best peer's; svc-pf CPU/query ≤ the
 #                 best peer's;
 #   cache misses: svc-pf CPU/query ≤ unbound's.

@@ -226,7 +226,7 @@ EOF
 	track "${PID[$name]}"
 }
 
-# svc-pf resolver: the config DESIGN.md §6.5 names, written to
+# svc-pf resolver: the resolver's documented config keys (docs/resolver.md), written to
 # $WORK/NAME.yaml (resolver.yaml for svcpf); SVCPF_CMD (run with bash -c,
 # SVCPF_CONFIG set to that file) replaces svcpf's command line. svcpf-base
 # is the same resolver from SVCPF_BASE_BIN (a build to compare against), on

@@ -1,4 +1,4 @@
--- Settings documents (DESIGN.md §6.1), PostgreSQL dialect. See docs/store.md.
+-- Settings documents (docs/policy.md, the settings), PostgreSQL dialect. See docs/store.md.
 --
 -- One row per organisation and scope. scope is the layer, in layer order:
 -- 1 org (value ''), 2 profile (value: the profile number in decimal),
