@@ -119,7 +119,7 @@ func chunks(texts []string) []string {
 func (r *Resolver) debugReply(req *dns.Msg, q *query) *dns.Msg {
 	qs := req.Question[0]
 	name := strings.ToLower(strings.TrimSuffix(qs.Name, "."))
-	res := r.engine.Evaluate(&policy.Query{Input: policy.Input{Domain: name, Time: r.now(), TCP: q.tcp}, IP: q.client})
+	res := r.engine.Evaluate(&policy.Query{Input: policy.Input{Domain: name, Time: r.now(), Transport: q.transport}, IP: q.client})
 	lines := []string{"client " + q.client.String()}
 	for _, st := range append(res.Steps, res.Trace...) {
 		lines = append(lines, string(st.Step)+": "+st.Result)
