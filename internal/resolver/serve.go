@@ -208,7 +208,7 @@ func (f *front) serve(w replier, rq *request, v *policy.View, i int, dst []byte)
 	t, from, start, cached := rq.transport, rq.from, rq.start, f.reader != nil
 	go func() {
 		defer w.done()
-		defer r.inflight.release(ck)
+		defer r.inflight.release(clientKey{addr: client})
 		growStack(n)
 		r.slowPath(w, sh, t, pkt[:n:n], pkt[n:], from, client, p, start, cached)
 	}()
