@@ -133,9 +133,9 @@ func (r *Resolver) debugReply(req *dns.Msg, q *query) *dns.Msg {
 
 // finish completes a reply for the client: id, question as asked, flags,
 // EDNS as the client spoke it; packed into dst when it is long enough (a
-// new buffer otherwise; nil: always new), and over UDP cut to the
-// client's size with TC set.
-func finish(dst []byte, req, m *dns.Msg, tcp bool) ([]byte, error) {
+// new buffer otherwise; nil: always new), and over a datagram transport
+// (UDP) cut to the client's size with TC set.
+func finish(dst []byte, req, m *dns.Msg, t policy.Transport) ([]byte, error) {
 	m.Id = req.Id
 	m.Question = req.Question
 	m.Response, m.RecursionAvailable, m.RecursionDesired = true, true, req.RecursionDesired
@@ -163,7 +163,7 @@ func finish(dst []byte, req, m *dns.Msg, tcp bool) ([]byte, error) {
 		size = max(int(reqOpt.UDPSize()), dns.MinMsgSize)
 		size = min(size, ourUDPSize)
 	}
-	if !tcp {
+	if t.Datagram() {
 		m.Truncate(size)
 	}
 	m.Compress = true

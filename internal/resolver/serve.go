@@ -258,12 +258,11 @@ func (r *Resolver) slowPath(w replier, sh *stats.Shard, t policy.Transport, pkt,
 	// longer (packed into a new buffer).
 	sc := r.replyBufs.Get().(*replyScratch)
 	defer r.replyBufs.Put(sc)
-	stream := !t.Datagram()
-	wire, err := finish(sc.buf, req, reply, stream)
+	wire, err := finish(sc.buf, req, reply, t)
 	if err != nil || len(wire) > dnswire.MaxMsgLen {
 		sh.Inc(stats.ServerParseErrors)
 		reply = errorReply(req, dns.RcodeServerFailure)
-		wire, _ = finish(sc.buf, req, reply, stream)
+		wire, _ = finish(sc.buf, req, reply, t)
 	}
 	if cached && q.policy != nil && q.policy.HasSchedules() {
 		clampToMinute(wire, r.now())
