@@ -77,13 +77,14 @@ type replier interface {
 type front struct {
 	r     *Resolver
 	shard *stats.Shard
-	// memo finds a client's policy without the engine's shared cache (the
-	// UDP reader's, with lookAhead); nil: the engine is asked.
-	memo *policyMemo
 	// reader is the transport's handle on the packet cache; nil: the
 	// transport does not use it (TCP: its replies are not cut to a
-	// datagram's size, and a tcp-only RPZ rule decides otherwise there).
+	// datagram's size, and a tcp-only RPZ rule decides otherwise there),
+	// and the slow path finds the client's policy.
 	reader *cache.PacketReader
+	// memo finds the policy, the packet cache's key, without the engine's
+	// shared cache (the UDP reader's, with lookAhead); set with reader.
+	memo *policyMemo
 	q      dnswire.Query
 	key    cache.PacketKey
 	obs    frontObs // the observer's event and its scratch (Config.Observer)
@@ -96,8 +97,8 @@ type frontObs struct {
 	cats [8]uint16 // a packet-cache hit's categories (more: allocated)
 }
 
-func newFront(r *Resolver, shard *stats.Shard, memo *policyMemo, reader *cache.PacketReader) *front {
-	return &front{r: r, shard: shard, memo: memo, reader: reader}
+func newFront(r *Resolver, shard *stats.Shard, reader *cache.PacketReader, memo *policyMemo) *front {
+	return &front{r: r, shard: shard, reader: reader, memo: memo}
 }
 
 // serve runs steps 1–4 of pipeline.go on rq, under view v (i is rq's
@@ -111,7 +112,7 @@ func (f *front) serve(w replier, rq *request, v *policy.View, i int, dst []byte)
 	client := rq.from.Addr().Unmap()
 	// 1. allow_from
 	if !r.allowed(client) {
-		sh.Inc(unauthorized(rq.transport)) // dropped, as PowerDNS does
+		sh.Inc(unauthorized(rq.transport)) // a datagram dropped, a stream closed, as PowerDNS does
 		return nil, outClose
 	}
 	// 2. parse
@@ -150,11 +151,7 @@ func (f *front) serve(w replier, rq *request, v *policy.View, i int, dst []byte)
 	var p *policy.Policy
 	keyed := false
 	if f.reader != nil {
-		if f.memo != nil {
-			p = f.memo.policyFor(r.engine, v, client, i)
-		} else {
-			p, _, _ = r.engine.PolicyFor(v, client)
-		}
+		p = f.memo.policyFor(r.engine, v, client, i)
 		if keyed = f.key.SetQuery(q, p.CacheKey()); keyed {
 			ans, note, ok := f.reader.Get(&f.key, q.RawName(), rq.start, dst)
 			if ok && (!rq.transport.Datagram() || len(ans) <= q.EDNS.MaxUDP()) {

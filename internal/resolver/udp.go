@@ -97,7 +97,7 @@ func (b *udpBatch) queue(reply []byte, i int) {
 func (s *udpSocket) serve(r *Resolver) {
 	b := s.batch
 	memo := newPolicyMemo()
-	f := newFront(r, s.shard, memo, s.reader)
+	f := newFront(r, s.shard, s.reader, memo)
 	for {
 		n, err := b.io.read(b)
 		if err != nil {
