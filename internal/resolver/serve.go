@@ -85,9 +85,9 @@ type front struct {
 	// memo finds the policy, the packet cache's key, without the engine's
 	// shared cache (the UDP reader's, with lookAhead); set with reader.
 	memo *policyMemo
-	q      dnswire.Query
-	key    cache.PacketKey
-	obs    frontObs // the observer's event and its scratch (Config.Observer)
+	q    dnswire.Query
+	key  cache.PacketKey
+	obs  frontObs // the observer's event and its scratch (Config.Observer)
 }
 
 // frontObs is what the reader's own observer calls use.
