@@ -130,26 +130,32 @@ func (e *Engine) PolicyFor(v *View, addr netip.Addr) (p *Policy, s sessionindex.
 // Under one settings snapshot, sessions with equal keys have the same
 // policy (a caller's own memo of policies can be keyed by it).
 func (e *Engine) KeyFor(v *View, s sessionindex.Entry, ok bool) Key {
-	k, _ := sessionKey(v, s, ok)
-	return k
+	st := sessionStack(v, s, ok)
+	return stackKey(&st)
 }
 
-// sessionKey is session s's settings stack and its key.
-func sessionKey(v *View, s sessionindex.Entry, ok bool) (Key, settings.Stack) {
-	org, a := "", identity.Attributes{}
-	if ok {
-		org, a = s.Org(), s.Identity().Attributes
+// sessionStack is the settings stack of session s (of no session when
+// !ok).
+func sessionStack(v *View, s sessionindex.Entry, ok bool) settings.Stack {
+	if !ok {
+		return stack(v, "", identity.Attributes{})
 	}
-	st := stack(v, org, a)
+	id := s.Identity() // its organisation read once
+	return stack(v, id.Org, id.Attributes)
+}
+
+// stackKey is the cache key of a stack: its documents.
+func stackKey(st *settings.Stack) Key {
 	var buf [settings.MaxLayers]settings.Layer // stays on the stack: only KeyOf reads it
-	return KeyOf(st.AppendLayers(buf[:0], 0, false)), st
+	return KeyOf(st.AppendLayers(buf[:0], 0, false))
 }
 
 // PolicyOf returns the policy of session s (of no session when !ok), as
 // PolicyFor does for a session the caller has looked up already: compiled
 // once per distinct set of documents (KeyFor).
 func (e *Engine) PolicyOf(v *View, s sessionindex.Entry, ok bool) *Policy {
-	k, st := sessionKey(v, s, ok)
+	st := sessionStack(v, s, ok)
+	k := stackKey(&st)
 	if p, hit := e.cache.Get(&k); hit {
 		return p
 	}

@@ -229,3 +229,46 @@ func TestPolicyMemoOneLookup(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkPolicyMemoNewClients: 65 536 subscribers, each with a username
+// of its own, asking in turn, a batch of 32 at a time: every client is new
+// to the address memo (16 times its size), every stack known to the
+// stack memo (bench/resolver.sh's hit-subs phase, the reader's part of it).
+func BenchmarkPolicyMemoNewClients(b *testing.B) {
+	const clients = 1 << 16
+	addr := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 4, byte(i >> 8), byte(i)}) }
+	var sessions []*session.Session
+	for i := range clients {
+		p := netip.PrefixFrom(addr(i), 32)
+		a := identity.Attributes{Username: "u" + strconv.Itoa(i)}
+		sessions = append(sessions, &session.Session{ID: session.NewID(identity.Identity{Org: "acme", Attributes: a}, p),
+			Org: "acme", Allocations: []netip.Prefix{p}, Attributes: a})
+	}
+	d, err := settings.Parse([]byte(`{}`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	view := policy.View{Sessions: sessionindex.Empty().Apply(sessions, nil),
+		Settings: &memoSettings{global: d, users: map[string]*settings.Document{}}}
+	e, err := policy.NewEngine(policy.EngineConfig{View: func() policy.View { return view }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	m := newPolicyMemo()
+	batch := make([]netip.AddrPort, 32)
+	next := 0
+	b.ReportAllocs()
+	b.ResetTimer()
+	for done := 0; done < b.N; done += len(batch) {
+		for j := range batch {
+			batch[j] = netip.AddrPortFrom(addr(next%clients), 53)
+			next += 7919 // not in address order
+		}
+		m.lookAhead(&view, batch)
+		for j, ap := range batch {
+			if m.policyFor(e, &view, ap.Addr(), j) == nil {
+				b.Fatal("no policy")
+			}
+		}
+	}
+}
