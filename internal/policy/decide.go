@@ -120,6 +120,34 @@ type NopMetrics struct{}
 // Decided does nothing.
 func (NopMetrics) Decided(Verdict, Reason) {}
 
+// Transport is how a query reached the resolver. The zero value is UDP.
+type Transport uint8
+
+// Transports. DoT, DoH and DoQ are named for the adapters to come.
+const (
+	TransportUDP Transport = iota
+	TransportTCP
+	TransportDoT
+	TransportDoH
+	TransportDoQ
+)
+
+var transportNames = [...]string{"udp", "tcp", "dot", "doh", "doq"}
+
+// String is the transport's lower-case name ("udp", "tcp", "dot", "doh",
+// "doq").
+func (t Transport) String() string {
+	if int(t) < len(transportNames) {
+		return transportNames[t]
+	}
+	return "transport(" + strconv.Itoa(int(t)) + ")"
+}
+
+// Datagram reports a transport whose replies are cut to the client's
+// payload size and flagged TC when they do not fit (UDP): the only one a
+// truncate answer means anything on. The others carry any reply whole.
+func (t Transport) Datagram() bool { return t == TransportUDP }
+
 // Input is one query.
 type Input struct {
 	// Domain is the query name: a lower-case A-label; a trailing dot is
@@ -145,11 +173,11 @@ type Input struct {
 	Time time.Time
 	// RPZ is the node's RPZ zones; nil when none are configured.
 	RPZ RPZ
-	// TCP says the query came over TCP: an RPZ tcp-only rule (truncate)
-	// then does not apply and evaluation goes on, as PowerDNS resolves
-	// such a query normally over TCP. The simulator leaves it false: the
-	// UDP view.
-	TCP bool
+	// Transport is how the query came: an RPZ tcp-only rule (truncate)
+	// applies over UDP only; over any other transport evaluation goes on,
+	// as PowerDNS resolves such a query normally over TCP. The simulator
+	// leaves it zero: the UDP view.
+	Transport Transport
 	// LookupAlways looks the categories up even when a step before the
 	// category step decides (the simulator reports them); the resolver
 	// leaves it false and skips the lookup.
@@ -357,7 +385,7 @@ func (p *Policy) decideName(d *Decision, in *Input, name, path string, cats Cate
 	if in.RPZ == nil {
 		d.trace(ReasonRPZ, ResultNotConfigured)
 	} else if in.RPZ.Check(in, d) {
-		if d.Action == ActionTruncate && in.TCP {
+		if d.Action == ActionTruncate && !in.Transport.Datagram() {
 			d.Verdict, d.Action, d.Target, d.A, d.AAAA, d.TXT, d.rule = "", "", "", nil, nil, nil, ""
 			d.trace(ReasonRPZ, ResultTCPOnly)
 		} else {

@@ -122,19 +122,40 @@ func (e *Engine) PolicyFor(v *View, addr netip.Addr) (p *Policy, s sessionindex.
 	if v.Sessions != nil {
 		s, ok = v.Sessions.LookupIP(addr)
 	}
-	return e.cached(v, s, ok), s, ok
+	return e.PolicyOf(v, s, ok), s, ok
 }
 
-// cached returns the policy of session s (of no session when !ok),
-// compiled once per distinct set of documents (Key).
-func (e *Engine) cached(v *View, s sessionindex.Entry, ok bool) *Policy {
-	org, a := "", identity.Attributes{}
-	if ok {
-		org, a = s.Org(), s.Identity().Attributes
+// KeyFor is the key the engine caches the policy of session s (of no
+// session when !ok) under, in view v: the documents of its settings stack.
+// Under one settings snapshot, sessions with equal keys have the same
+// policy (a caller's own memo of policies can be keyed by it).
+func (e *Engine) KeyFor(v *View, s sessionindex.Entry, ok bool) Key {
+	st := sessionStack(v, s, ok)
+	return stackKey(&st)
+}
+
+// sessionStack is the settings stack of session s (of no session when
+// !ok).
+func sessionStack(v *View, s sessionindex.Entry, ok bool) settings.Stack {
+	if !ok {
+		return stack(v, "", identity.Attributes{})
 	}
-	st := stack(v, org, a)
+	id := s.Identity() // its organisation read once
+	return stack(v, id.Org, id.Attributes)
+}
+
+// stackKey is the cache key of a stack: its documents.
+func stackKey(st *settings.Stack) Key {
 	var buf [settings.MaxLayers]settings.Layer // stays on the stack: only KeyOf reads it
-	k := KeyOf(st.AppendLayers(buf[:0], 0, false))
+	return KeyOf(st.AppendLayers(buf[:0], 0, false))
+}
+
+// PolicyOf returns the policy of session s (of no session when !ok), as
+// PolicyFor does for a session the caller has looked up already: compiled
+// once per distinct set of documents (KeyFor).
+func (e *Engine) PolicyOf(v *View, s sessionindex.Entry, ok bool) *Policy {
+	st := sessionStack(v, s, ok)
+	k := stackKey(&st)
 	if p, hit := e.cache.Get(&k); hit {
 		return p
 	}
@@ -238,7 +259,7 @@ func (e *Engine) Evaluate(q *Query) Result {
 	}
 	var p *Policy
 	if q.Settings == nil && !q.HasProfile {
-		p = e.cached(&v, s, found) // the resolver's policy, from the same cache
+		p = e.PolicyOf(&v, s, found) // the resolver's policy, from the same cache
 	} else {
 		p = CompileWith(settings.Merge(layers...), e.opts)
 	}

@@ -390,7 +390,7 @@ func TestRPZAndMetrics(t *testing.T) {
 
 	// Over TCP a tcp-only rule does not apply: the later steps decide (here
 	// the blocklist), as PowerDNS resolves such a query normally.
-	d = Decide(Input{Domain: "rpz.example", RPZ: fakeRPZ{}, TCP: true}, p, nil)
+	d = Decide(Input{Domain: "rpz.example", RPZ: fakeRPZ{}, Transport: TransportTCP}, p, nil)
 	check(t, d, want{VerdictBlock, ActionNXDomain, ReasonBlocklist, "blocklist:rpz.example"})
 	if d.Trace[2] != (TraceEntry{ReasonRPZ, ResultTCPOnly}) {
 		t.Errorf("trace %v", d.Trace)

@@ -119,7 +119,7 @@ func chunks(texts []string) []string {
 func (r *Resolver) debugReply(req *dns.Msg, q *query) *dns.Msg {
 	qs := req.Question[0]
 	name := strings.ToLower(strings.TrimSuffix(qs.Name, "."))
-	res := r.engine.Evaluate(&policy.Query{Input: policy.Input{Domain: name, Time: r.now(), TCP: q.tcp}, IP: q.client})
+	res := r.engine.Evaluate(&policy.Query{Input: policy.Input{Domain: name, Time: r.now(), Transport: q.transport}, IP: q.client})
 	lines := []string{"client " + q.client.String()}
 	for _, st := range append(res.Steps, res.Trace...) {
 		lines = append(lines, string(st.Step)+": "+st.Result)
@@ -133,9 +133,9 @@ func (r *Resolver) debugReply(req *dns.Msg, q *query) *dns.Msg {
 
 // finish completes a reply for the client: id, question as asked, flags,
 // EDNS as the client spoke it; packed into dst when it is long enough (a
-// new buffer otherwise; nil: always new), and over UDP cut to the
-// client's size with TC set.
-func finish(dst []byte, req, m *dns.Msg, tcp bool) ([]byte, error) {
+// new buffer otherwise; nil: always new), and over a datagram transport
+// (UDP) cut to the client's size with TC set.
+func finish(dst []byte, req, m *dns.Msg, t policy.Transport) ([]byte, error) {
 	m.Id = req.Id
 	m.Question = req.Question
 	m.Response, m.RecursionAvailable, m.RecursionDesired = true, true, req.RecursionDesired
@@ -163,7 +163,7 @@ func finish(dst []byte, req, m *dns.Msg, tcp bool) ([]byte, error) {
 		size = max(int(reqOpt.UDPSize()), dns.MinMsgSize)
 		size = min(size, ourUDPSize)
 	}
-	if !tcp {
+	if t.Datagram() {
 		m.Truncate(size)
 	}
 	m.Compress = true

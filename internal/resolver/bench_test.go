@@ -2,10 +2,13 @@ package resolver_test
 
 import (
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/svc-pf/svc-pf/internal/resolver"
 )
 
 // The UDP path on real loopback sockets, client and server in this
@@ -20,8 +23,27 @@ import (
 // BenchmarkUDPCacheHit: one client asks one name again and again: every
 // query is a packet cache hit answered by the socket's reader (steps 1–4
 // of pipeline.go).
-func BenchmarkUDPCacheHit(b *testing.B) {
-	e := newEnv(b, nil)
+func BenchmarkUDPCacheHit(b *testing.B) { benchCacheHit(b, nil) }
+
+// BenchmarkUDPCacheHitObserved: BenchmarkUDPCacheHit with an Observer
+// that counts the events (an atomic add): what the hook costs a hit (the
+// question's text, the subscriber's lookup, the stored decision read
+// back, the clock).
+func BenchmarkUDPCacheHitObserved(b *testing.B) {
+	var obs countingObserver
+	benchCacheHit(b, func(c *resolver.Config) { c.Observer = &obs })
+	if obs.n.Load() < uint64(b.N) {
+		b.Fatalf("observer saw %d of %d queries", obs.n.Load(), b.N)
+	}
+}
+
+// countingObserver counts the events, as cheap as an observer gets.
+type countingObserver struct{ n atomic.Uint64 }
+
+func (o *countingObserver) Answered(*resolver.Answered) { o.n.Add(1) }
+
+func benchCacheHit(b *testing.B, mod func(*resolver.Config)) {
+	e := newEnv(b, mod)
 	c := e.udpClient("")
 	pkt := mustPack(b, query("bench.test", dns.TypeA, 1232, false))
 	buf := make([]byte, 65535)

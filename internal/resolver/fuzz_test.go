@@ -46,7 +46,13 @@ func FuzzResolverUDP(f *testing.F) {
 	ch.Question[0].Qclass = dns.ClassCHAOS
 	f.Add(mustPack(f, ch))
 
-	e := newEnv(f, func(c *resolver.Config) { c.Debug = true; c.Engine = testEngine(f, rpzSnapshot(f)) })
+	// With an observer, so that every outcome also goes through its
+	// event (the question's text, the stored decision read back).
+	e := newEnv(f, func(c *resolver.Config) {
+		c.Debug = true
+		c.Engine = testEngine(f, rpzSnapshot(f))
+		c.Observer = &countingObserver{}
+	})
 	fuzzUDP := e.udpClient("127.0.0.2")
 	probe := e.udpClient("127.0.0.1")
 	probeA := query("probe.test", dns.TypeA, 1232, false)

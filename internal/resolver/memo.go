@@ -6,7 +6,6 @@ import (
 
 	"github.com/svc-pf/svc-pf/internal/policy"
 	"github.com/svc-pf/svc-pf/internal/sessionindex"
-	"github.com/svc-pf/svc-pf/internal/settings"
 )
 
 // policyMemo remembers, per UDP socket, the policy of the clients it
@@ -21,19 +20,20 @@ import (
 // Behind it, for a client it does not hold (many more subscribers than
 // entries, each asking now and then), a second memo maps what the policy
 // is compiled from — the settings documents that can apply to the
-// session, under one settings snapshot — to the policy: such a client then
-// costs the subscriber index lookup and the settings stack's map lookups,
-// not the engine's policy cache (a shared, locked map) and its key. The
-// key is the documents' pointers, not the subscriber's attributes: a
-// million subscribers, each with a username of their own, share the few
-// thousand stacks their settings documents make (a key of attributes
-// would hold one entry per subscriber and never hit).
+// session, under one settings snapshot: the engine's own cache key
+// (policy.Engine.KeyFor) — to the policy: such a client then costs the
+// subscriber index lookup and the settings stack's map lookups, not the
+// engine's policy cache (a shared, locked map). The key is the documents'
+// pointers, not the subscriber's attributes: a million subscribers, each
+// with a username of their own, share the few thousand stacks their
+// settings documents make (a key of attributes would hold one entry per
+// subscriber and never hit).
 type policyMemo struct {
 	seed    maphash.Seed
 	entries [memoSize]memoEntry
 
 	settings policy.Settings // the snapshot byDocs was filled under
-	byDocs   map[docsKey]*policy.Policy
+	byDocs   map[policy.Key]*policy.Policy
 
 	ahead []ahead // the batch's clients, by datagram (lookAhead)
 }
@@ -45,7 +45,9 @@ type ahead struct {
 	looked bool // s and found are set: the address memo missed
 	found  bool
 	s      sessionindex.Entry
-	org    sessionindex.OrgID // s's, read in lookAhead's last step
+	// org is s's, read in lookAhead's last step only to bring the entry's
+	// first cache line in while the others' loads are under way.
+	org sessionindex.OrgID
 }
 
 const memoSize = 4096
@@ -59,20 +61,6 @@ type memoEntry struct {
 	sessions policy.Sessions
 	settings policy.Settings
 	p        *policy.Policy
-}
-
-// docsKey is what policy.Engine compiles a session's policy from besides
-// the settings snapshot: the documents of its stack (settings.Stack; the
-// engine's own cache key is these documents, policy.KeyOf). The
-// organisation stands for the documents the stack takes from it (its org
-// document and its profiles: an organisation without an org document can
-// still have profiles); found false is a client without a session (the
-// global layer only). Pointers and an org id: hashed and compared without
-// reading a string.
-type docsKey struct {
-	found               bool
-	org                 sessionindex.OrgID
-	loc, user, deviceID *settings.Document
 }
 
 func newPolicyMemo() *policyMemo { return &policyMemo{seed: maphash.MakeSeed()} }
@@ -141,39 +129,31 @@ func (m *policyMemo) policyAt(e *policy.Engine, v *policy.View, client netip.Add
 	return p
 }
 
-// byIdentity finds client's session and its settings stack and returns
-// the policy of that stack, compiling (through the engine) only what this
-// socket has not seen under the current settings snapshot.
+// byIdentity finds client's session and the policy of its settings
+// stack, compiling (through the engine) only what this socket has not
+// seen under the current settings snapshot. The session is looked up
+// once: by lookAhead (a), or here.
 func (m *policyMemo) byIdentity(e *policy.Engine, v *policy.View, client netip.Addr, a *ahead) *policy.Policy {
 	if v.Sessions == nil {
 		p, _, _ := e.PolicyFor(v, client)
 		return p
 	}
 	if m.byDocs == nil || m.settings != v.Settings || len(m.byDocs) >= memoDocsMax {
-		m.byDocs = make(map[docsKey]*policy.Policy, 64)
+		m.byDocs = make(map[policy.Key]*policy.Policy, 64)
 		m.settings = v.Settings
 	}
-	var k docsKey
 	var s sessionindex.Entry
 	var ok bool
-	var org sessionindex.OrgID
 	if a != nil {
-		s, ok, org = a.s, a.found, a.org
-	} else if s, ok = v.Sessions.LookupIP(client); ok {
-		org = s.OrgID()
+		s, ok = a.s, a.found
+	} else {
+		s, ok = v.Sessions.LookupIP(client)
 	}
-	if ok {
-		k = docsKey{found: true, org: org}
-		if v.Settings != nil { // none: every session has the same empty stack
-			id := s.Identity()
-			st := v.Settings.Stack(id.Org, id.Attributes)
-			k.loc, k.user, k.deviceID = st.Location.Doc, st.Username.Doc, st.DeviceID.Doc
-		}
-	}
-	if p, ok := m.byDocs[k]; ok {
+	k := e.KeyFor(v, s, ok)
+	if p, hit := m.byDocs[k]; hit {
 		return p
 	}
-	p, _, _ := e.PolicyFor(v, client)
+	p := e.PolicyOf(v, s, ok)
 	m.byDocs[k] = p
 	return p
 }

@@ -180,3 +180,95 @@ func (m *policyMemo) policy(e *policy.Engine, v *policy.View, client netip.Addr)
 	m.lookAhead(v, []netip.AddrPort{netip.AddrPortFrom(client, 53)})
 	return m.policyFor(e, v, client, 0)
 }
+
+// countingSessions counts the subscriber index lookups.
+type countingSessions struct {
+	policy.Sessions
+	lookups int
+}
+
+func (c *countingSessions) LookupIP(a netip.Addr) (sessionindex.Entry, bool) {
+	c.lookups++
+	return c.Sessions.LookupIP(a)
+}
+
+// TestPolicyMemoOneLookup: a client new to the memo costs one subscriber
+// index lookup, whether its settings stack is new to the memo too (the
+// engine is asked for the policy of the session found, not of the
+// address again) or not; a client the memo holds costs none.
+func TestPolicyMemoOneLookup(t *testing.T) {
+	var sessions []*session.Session
+	addr := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 3, 0, byte(i)}) }
+	users := []string{"alice", "bob", "alice", "u3", "u4"}
+	for i, u := range users {
+		p := netip.PrefixFrom(addr(i), 32)
+		a := identity.Attributes{Username: u}
+		sessions = append(sessions, &session.Session{ID: session.NewID(identity.Identity{Org: "acme", Attributes: a}, p),
+			Org: "acme", Allocations: []netip.Prefix{p}, Attributes: a})
+	}
+	cs := &countingSessions{Sessions: sessionindex.Empty().Apply(sessions, nil)}
+	view := policy.View{Sessions: cs, Settings: &memoSettings{global: memoDoc(t, `{}`), users: map[string]*settings.Document{
+		"alice": memoDoc(t, `{"blocked_categories":[3]}`),
+		"bob":   memoDoc(t, `{"blocklist":["b.test"]}`),
+	}}}
+	e, err := policy.NewEngine(policy.EngineConfig{View: func() policy.View { return view }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newPolicyMemo()
+	for round, want := range []int{1, 0} { // new to the memo, then held
+		for i, u := range users {
+			before := cs.lookups
+			got := m.policy(e, &view, addr(i))
+			if n := cs.lookups - before; n != want {
+				t.Errorf("round %d, %s (%s): %d subscriber index lookups, want %d", round, addr(i), u, n, want)
+			}
+			if engine, _, _ := e.PolicyFor(&view, addr(i)); got.CacheKey() != engine.CacheKey() {
+				t.Errorf("%s: memo's policy %q, engine's %q", addr(i), got.CacheKey(), engine.CacheKey())
+			}
+		}
+	}
+}
+
+// BenchmarkPolicyMemoNewClients: 65 536 subscribers, each with a username
+// of its own, asking in turn, a batch of 32 at a time: every client is new
+// to the address memo (16 times its size), every stack known to the
+// stack memo (bench/resolver.sh's hit-subs phase, the reader's part of it).
+func BenchmarkPolicyMemoNewClients(b *testing.B) {
+	const clients = 1 << 16
+	addr := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 4, byte(i >> 8), byte(i)}) }
+	var sessions []*session.Session
+	for i := range clients {
+		p := netip.PrefixFrom(addr(i), 32)
+		a := identity.Attributes{Username: "u" + strconv.Itoa(i)}
+		sessions = append(sessions, &session.Session{ID: session.NewID(identity.Identity{Org: "acme", Attributes: a}, p),
+			Org: "acme", Allocations: []netip.Prefix{p}, Attributes: a})
+	}
+	d, err := settings.Parse([]byte(`{}`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	view := policy.View{Sessions: sessionindex.Empty().Apply(sessions, nil),
+		Settings: &memoSettings{global: d, users: map[string]*settings.Document{}}}
+	e, err := policy.NewEngine(policy.EngineConfig{View: func() policy.View { return view }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	m := newPolicyMemo()
+	batch := make([]netip.AddrPort, 32)
+	next := 0
+	b.ReportAllocs()
+	b.ResetTimer()
+	for done := 0; done < b.N; done += len(batch) {
+		for j := range batch {
+			batch[j] = netip.AddrPortFrom(addr(next%clients), 53)
+			next += 7919 // not in address order
+		}
+		m.lookAhead(&view, batch)
+		for j, ap := range batch {
+			if m.policyFor(e, &view, ap.Addr(), j) == nil {
+				b.Fatal("no policy")
+			}
+		}
+	}
+}

@@ -15,8 +15,10 @@ import (
 	"github.com/svc-pf/svc-pf/internal/rpz"
 )
 
-// The order of a query's steps, and why (the fast path in udp.go runs the
-// first four without leaving the socket's goroutine):
+// The order of a query's steps, and why (the entry, serve.go, runs the
+// first four for every transport on the adapter's goroutine: a UDP
+// packet-cache hit never leaves its socket's reader; TCP does not use the
+// packet cache, and its policy is found on the slow path, in resolve):
 //
 //  1. allow_from: a client outside it is refused before anything is spent
 //     on it: its UDP packets dropped, its TCP connections closed on accept
@@ -54,19 +56,31 @@ import (
 //     keeps the outcome under the policy's key.
 //  9. the reply, sized for the client, stored in the packet cache under the
 //     policy's key (its lifetime cut at the next minute when the policy has
-//     schedules, whose windows open and close on minutes).
+//     schedules, whose windows open and close on minutes), with the
+//     decision's summary beside it when there is an observer.
+//  10. the observer (Config.Observer), once the reply is handed to the
+//     transport: from the adapter's goroutine for what the entry answered
+//     itself (a packet-cache hit reports the summary stored with it), from
+//     the slow path for the rest (observer.go).
 
 // query is one query on the slow path.
 type query struct {
-	req    *dns.Msg
-	client netip.Addr
-	tcp    bool
-	start  time.Time
-	shard  *stats.Shard
-	// policy is the client's, when the caller already found it (the UDP
-	// reader, for the packet cache's key): the reply is then decided by
-	// the policy it will be stored under. nil: found here.
+	req       *dns.Msg
+	client    netip.Addr
+	transport policy.Transport
+	start     time.Time
+	shard     *stats.Shard
+	// policy is the client's, when the caller already found it (the
+	// entry, for the packet cache's key): the reply is then decided by
+	// the policy it will be stored under. nil: resolve finds it (and sets
+	// it).
 	policy *policy.Policy
+	// sum, when not nil, gets the summary of the decision that shaped
+	// the reply (for the observer, and the packet cache beside it).
+	sum *Summary
+	// fromRecords: the record cache answered where the forwarders would
+	// have been asked.
+	fromRecords bool
 }
 
 // resolve answers q; a nil reply means drop.
@@ -80,6 +94,7 @@ func (r *Resolver) resolve(ctx context.Context, q *query) *dns.Msg {
 	p := q.policy
 	if p == nil {
 		p, _, _ = r.engine.PolicyFor(&v, q.client)
+		q.policy = p
 	}
 
 	// 5. debug
@@ -98,11 +113,14 @@ func (r *Resolver) resolve(ctx context.Context, q *query) *dns.Msg {
 	sc := r.decisions.Get().(*decideScratch)
 	defer r.decisions.Put(sc)
 	d, in := &sc.d, &sc.in
-	*in = policy.Input{Domain: name, QType: qs.Qtype, Time: r.now(), RPZ: v.RPZ, TCP: q.tcp}
+	*in = policy.Input{Domain: name, QType: qs.Qtype, Time: r.now(), RPZ: v.RPZ, Transport: q.transport}
 	if name == "" {
 		in.Domain = "."
 	}
 	policy.DecideInto(d, in, p, v.Categories)
+	if q.sum != nil {
+		defer summarize(q.sum, d) // the last decision, whichever return it takes
+	}
 	if d.Verdict != policy.VerdictAllow {
 		r.countPolicy(q.shard, d, v.RPZ != nil)
 		return r.blockedReply(ctx, req, q, d, p)
@@ -204,6 +222,7 @@ func (r *Resolver) forward(ctx context.Context, req *dns.Msg, q *query) *dns.Msg
 	now := r.now()
 	if ra, ok := r.records.Get(key, now); ok {
 		q.shard.Inc(stats.CacheHits)
+		q.fromRecords = true
 		m := new(dns.Msg)
 		m.SetReply(req)
 		m.Rcode, m.AuthenticatedData = ra.Rcode, ra.AuthenticatedData

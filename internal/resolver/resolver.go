@@ -3,13 +3,14 @@
 // is allowed to the configured forwarders and caching answers per policy
 // class.
 //
-// Place in the data flow: UDP/TCP sockets → dnswire (parse) → client
-// address → policy.Engine (subscriber index → settings → compiled policy)
-// → cache.Packet keyed by (question, policy cache key) → on a miss the
-// pipeline (pipeline.go: the order of a query's steps and why) → upstream
-// → cache.Record → the verdict applied → the client. It counts into
-// resolver/stats, which resolver/api (spec 3) and /metrics read. miekg/dns
-// types stay inside this package and its subpackages.
+// Place in the data flow: UDP/TCP sockets → the one entry (serve.go) →
+// dnswire (parse) → client address → policy.Engine (subscriber index →
+// settings → compiled policy) → cache.Packet keyed by (question, policy
+// cache key) → on a miss the pipeline (pipeline.go: the order of a
+// query's steps and why) → upstream → cache.Record → the verdict applied
+// → the client, and the Observer. It counts into resolver/stats, which
+// resolver/api (spec 3) and /metrics read. miekg/dns types stay inside
+// this package and its subpackages.
 package resolver
 
 import (
@@ -87,6 +88,9 @@ type Config struct {
 	Generation func() uint64
 	Version    string
 	Logger     *slog.Logger
+	// Observer is told of every answered query (observer.go: when, what
+	// it carries, what it must not do); nil: none, at no cost.
+	Observer Observer
 	// Registerer gets the PowerDNS-named statistics (pdns_recursor_*).
 	Registerer prometheus.Registerer
 	Clock      func() time.Time
@@ -144,6 +148,7 @@ func DefaultAllowFrom() []netip.Prefix {
 type Resolver struct {
 	cfg      Config
 	engine   *policy.Engine
+	obs      Observer // Config.Observer; nil: none
 	stats    *stats.Counters
 	up       *upstream.Client
 	packets  *cache.Packet
@@ -217,7 +222,7 @@ func New(cfg Config) (*Resolver, error) {
 	if err := cfg.Cache.Validate(); err != nil {
 		return nil, err
 	}
-	r := &Resolver{cfg: cfg, engine: cfg.Engine, log: cfg.Logger, now: cfg.Clock,
+	r := &Resolver{cfg: cfg, engine: cfg.Engine, obs: cfg.Observer, log: cfg.Logger, now: cfg.Clock,
 		inflight: newInFlight(maxSlowInFlight, cfg.ClientMaxInFlight)}
 	r.decisions.New = newDecideScratch
 	r.replyBufs.New = newReplyScratch

@@ -11,9 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/miekg/dns"
-
-	"github.com/svc-pf/svc-pf/internal/resolver/dnswire"
+	"github.com/svc-pf/svc-pf/internal/policy"
 	"github.com/svc-pf/svc-pf/internal/resolver/stats"
 )
 
@@ -23,10 +21,11 @@ import (
 // flight get none: their socket is closed at once).
 const tcpShutdownGrace = time.Second
 
-// tcpServer serves DNS over TCP on one address (RFC 7766). A connection's
-// reader reads its queries in turn and answers what needs no pipeline
-// (FORMERR, NOTIMP, BADVERS) itself; every other query is answered on a
-// goroutine of its own, up to Config.TCPMaxQueriesPerConnection of a
+// tcpServer serves DNS over TCP on one address (RFC 7766): the TCP
+// adapter of the entry (serve.go). A connection's reader reads its
+// queries in turn and hands each to the entry, which answers what needs no
+// pipeline (FORMERR, NOTIMP, BADVERS) at once; every other query is
+// answered on a goroutine of its own, up to Config.TCPMaxQueriesPerConnection of a
 // connection at once (RFC 7766 §6.2.1.1: a slow answer does not hold up
 // the ones after it), each holding a slow-path slot of its client
 // (inFlight). Replies are written whole, one at a time, each within the
@@ -82,12 +81,13 @@ func (t *tcpServer) track(c net.Conn) *tcpConn {
 		return nil
 	default:
 	}
-	var client netip.Addr // always set: the listener is a TCP one
+	var from netip.AddrPort // always set: the listener is a TCP one
 	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
-		client = a.AddrPort().Addr().Unmap()
+		from = a.AddrPort()
 	}
-	tc := &tcpConn{t: t, conn: c, client: client, idle: t.r.cfg.TCPIdleTimeout,
-		slots: make(chan struct{}, t.r.cfg.TCPMaxQueriesPerConnection)}
+	tc := &tcpConn{t: t, conn: c, from: from, idle: t.r.cfg.TCPIdleTimeout,
+		slots: make(chan struct{}, t.r.cfg.TCPMaxQueriesPerConnection),
+		front: newFront(t.r, t.shard, nil, nil)}
 	t.conns[tc] = struct{}{}
 	t.wg.Add(1)
 	return tc
@@ -155,10 +155,11 @@ func (t *tcpServer) drain(deadline time.Time) {
 
 // tcpConn is one client connection.
 type tcpConn struct {
-	t      *tcpServer
-	conn   net.Conn
-	client netip.Addr
-	idle   time.Duration
+	t     *tcpServer
+	conn  net.Conn
+	from  netip.AddrPort
+	idle  time.Duration
+	front *front // the reader's: the entry's scratch for this connection
 	// slots holds one token per query of the connection being answered,
 	// and one for the reader while it reads: when it is full the reader
 	// waits and the client's next queries stay in its socket, as
@@ -227,55 +228,29 @@ func (c *tcpConn) read(br *bufio.Reader) ([]byte, error) {
 	return msg, nil
 }
 
-// handle runs steps 1–2 of pipeline.go on a message (allow_from was the
-// listener's) and hands a query on to answer; the reader's slot goes with
-// it, or is given back here. False: close the connection.
+// handle hands a message to the entry (allow_from was the listener's,
+// at accept) and writes what it answers at once; a query on the slow path
+// takes the reader's slot with it, the others give it back here. False:
+// close the connection.
 func (c *tcpConn) handle(msg []byte) bool {
-	r, sh := c.t.r, c.t.shard
-	start := r.now()
-	var q dnswire.Query
-	if err := q.Parse(msg); err != nil {
-		var pe dnswire.ParseError
-		errors.As(err, &pe)
-		countParseError(sh, pe)
-		if pe == 0 || pe.Drop() {
-			// No header, or a response: nothing to answer; the
-			// connection is closed, as PowerDNS does.
-			<-c.slots
-			return false
-		}
-		return c.replyNow(dnswire.AppendError(nil, &q, pe.Rcode(), ourUDPSize))
+	r := c.t.r
+	v := r.engine.View()
+	rq := request{from: c.from, transport: policy.TransportTCP, pkt: msg, start: r.now(), owned: true}
+	c.queries.Add(1) // before the slow path's goroutine can end it
+	reply, out := c.front.serve(c, &rq, &v, -1, nil)
+	switch out {
+	case outPending:
+		return true
+	case outReply:
+		c.queries.Done()
+		return c.replyNow(reply)
+	default:
+		// No header, or a response: nothing to answer; the connection
+		// is closed, as PowerDNS does.
+		c.queries.Done()
+		<-c.slots
+		return false
 	}
-	sh.Question(true, c.client.Is6())
-	if q.EDNS.DO {
-		sh.Inc(stats.DNSSECQueries)
-	}
-	if q.BadVersion() {
-		ok := c.replyNow(dnswire.AppendError(nil, &q, dnswire.RcodeBadVers, ourUDPSize)) // RFC 6891 §6.1.3
-		sh.Replied(dnswire.RcodeBadVers, r.now().Sub(start))
-		return ok
-	}
-	req := unpackQuery(msg, sh)
-	if req == nil {
-		ok := c.replyNow(appendFormErr(nil, msg))
-		sh.Replied(dnswire.RcodeFormatError, r.now().Sub(start))
-		return ok
-	}
-	key := clientKey{addr: c.client}
-	if !r.inflight.acquire(key) {
-		// Over its client's bound (or the slow path's): SERVFAIL, which
-		// a stub takes as "try again or elsewhere", where UDP drops; a
-		// dropped TCP query would leave the client waiting on this
-		// connection until its own timeout. Counted in
-		// over-capacity-drops only, as the UDP drop is, so that
-		// questions = answers* + packetcache-hits + over-capacity-drops
-		// + policy-drops still holds.
-		sh.Inc(stats.OverCapacityDrops)
-		return c.replyNow(dnswire.AppendError(nil, &q, dnswire.RcodeServerFailure, ourUDPSize))
-	}
-	c.queries.Add(1)
-	go c.answer(req, key, start)
-	return true
 }
 
 // replyNow writes a reply the reader built and gives back its slot.
@@ -285,30 +260,18 @@ func (c *tcpConn) replyNow(wire []byte) bool {
 	return err == nil
 }
 
-// answer resolves one query and writes its reply, then gives back its
-// slots.
-func (c *tcpConn) answer(req *dns.Msg, key clientKey, start time.Time) {
-	r, sh := c.t.r, c.t.shard
-	defer func() {
-		r.inflight.release(key)
-		<-c.slots
-		c.queries.Done()
-	}()
-	sh.Inc(stats.ConcurrentQueries)
-	reply := r.resolve(queryContext(start), &query{req: req, client: c.client, tcp: true, start: start, shard: sh})
-	sh.Dec(stats.ConcurrentQueries)
-	if reply == nil {
-		_ = c.conn.Close() // drop: over TCP, close the connection
-		return
-	}
-	wire, err := finish(nil, req, reply, true)
-	if err != nil || len(wire) > dnswire.MaxMsgLen {
-		sh.Inc(stats.ServerParseErrors)
-		reply = errorReply(req, dns.RcodeServerFailure)
-		wire, _ = finish(nil, req, reply, true)
-	}
-	_ = c.write(wire)
-	sh.Replied(reply.Rcode, r.now().Sub(start))
+// The connection is the replier of its slow-path queries.
+
+func (c *tcpConn) send(_ *replyScratch, wire []byte, _ netip.AddrPort) error { return c.write(wire) }
+
+// dropped closes the connection: the policy dropped the query, and over
+// TCP the client would otherwise wait for its answer.
+func (c *tcpConn) dropped() { _ = c.conn.Close() }
+
+// done gives back the query's slot of the connection.
+func (c *tcpConn) done() {
+	<-c.slots
+	c.queries.Done()
 }
 
 // write sends one reply, length-prefixed, whole: one at a time on the

@@ -86,18 +86,18 @@ func (b *udpBatch) queue(reply []byte, i int) {
 }
 
 // serve reads queries until the socket is closed, a batch at a time: one
-// recvmmsg returns every datagram waiting (up to dns.udp_batch), the
-// packet-cache hits among them are answered from wire bytes (steps 1–4 of
-// pipeline.go) into the batch's reply buffers, the misses go to a
-// goroutine each (the loop never waits for a forwarder), and one sendmmsg
-// writes all the replies. Under load a system call carries many packets,
-// at low load a batch is one packet and nothing waits for a batch to fill.
-// No allocation on the hit path (batchIO decodes the sources in place).
+// recvmmsg returns every datagram waiting (up to dns.udp_batch), each is
+// handed to the entry (serve.go), which answers the packet-cache hits
+// among them from wire bytes (steps 1–4 of pipeline.go) into the batch's
+// reply buffers and hands the misses to a goroutine each (the loop never
+// waits for a forwarder), and one sendmmsg writes all the replies. Under
+// load a system call carries many packets, at low load a batch is one
+// packet and nothing waits for a batch to fill. No allocation on the hit
+// path (batchIO decodes the sources in place).
 func (s *udpSocket) serve(r *Resolver) {
 	b := s.batch
-	var q dnswire.Query
-	var key cache.PacketKey
 	memo := newPolicyMemo()
+	f := newFront(r, s.shard, s.reader, memo)
 	for {
 		n, err := b.io.read(b)
 		if err != nil {
@@ -115,78 +115,16 @@ func (s *udpSocket) serve(r *Resolver) {
 			if !b.from[i].IsValid() {
 				continue // not an IP source: nothing to answer
 			}
-			s.handle(r, b, i, now, &v, &q, &key, memo)
+			rq := request{from: b.from[i], transport: policy.TransportUDP, pkt: b.in[i][:b.size[i]],
+				start: now, cut: b.size[i] >= maxUDPQuery}
+			if reply, out := f.serve(s, &rq, &v, i, b.slot()); out == outReply {
+				b.queue(reply, i)
+			}
 		}
 		if err := s.flush(b); errors.Is(err, net.ErrClosed) {
 			return
 		}
 	}
-}
-
-// handle answers one datagram: queued in b, or handed to the slow path, or
-// dropped.
-func (s *udpSocket) handle(r *Resolver, b *udpBatch, i int, now time.Time, v *policy.View,
-	q *dnswire.Query, key *cache.PacketKey, memo *policyMemo) {
-	pkt, from := b.in[i][:b.size[i]], b.from[i]
-	client := from.Addr().Unmap()
-	if !r.allowed(client) {
-		s.shard.Inc(stats.UnauthorizedUDP) // dropped, as PowerDNS does
-		return
-	}
-	err := q.Parse(pkt)
-	if err == nil && len(pkt) >= maxUDPQuery {
-		err = dnswire.ErrTruncated // read cut at maxUDPQuery: not the whole query
-	}
-	if err != nil {
-		var pe dnswire.ParseError
-		errors.As(err, &pe)
-		countParseError(s.shard, pe)
-		if pe != 0 && !pe.Drop() {
-			b.queue(dnswire.AppendError(b.slot(), q, pe.Rcode(), ourUDPSize), i)
-		}
-		return
-	}
-	s.shard.Question(false, client.Is6())
-	if q.EDNS.DO {
-		s.shard.Inc(stats.DNSSECQueries)
-	}
-	if q.BadVersion() {
-		// RFC 6891 §6.1.3, before the packet cache: its key has no EDNS
-		// version.
-		b.queue(dnswire.AppendError(b.slot(), q, dnswire.RcodeBadVers, ourUDPSize), i)
-		s.shard.Replied(dnswire.RcodeBadVers, r.now().Sub(now))
-		return
-	}
-	p := memo.policyFor(r.engine, v, client, i)
-	keyed := key.SetQuery(q, p.CacheKey())
-	if keyed {
-		if ans, ok := s.reader.Get(key, q.RawName(), now, b.slot()); ok && len(ans) <= q.EDNS.MaxUDP() {
-			dnswire.PatchHeader(ans, q)
-			b.queue(ans, i)
-			s.shard.PacketCacheHit(int(ans[3] & 0x0f))
-			return
-		}
-	}
-	s.shard.Inc(stats.PacketCacheMisses)
-	if !r.inflight.acquire(clientKey{addr: client}) {
-		// Dropped, as PowerDNS drops past max-mthreads: a client over
-		// its bound is flooding (or everyone is), and a reply would
-		// cost the reader a slot of its batch and could reflect a
-		// forged source's flood; a stub that is not flooding asks
-		// again after its timeout.
-		s.shard.Inc(stats.OverCapacityDrops)
-		return
-	}
-	// One allocation carries the query and its packet-cache key (the
-	// key's bytes, not the fixed array: ~350 bytes less per miss). A key
-	// SetQuery refused is unset: nothing is appended.
-	n := len(pkt)
-	pkt = key.Append(append(make([]byte, 0, n+key.Len()), pkt...))
-	go func() {
-		defer r.inflight.release(clientKey{addr: client})
-		growStack(n)
-		s.slowPath(r, pkt[:n:n], pkt[n:], from, client, p, now)
-	}()
 }
 
 // slowPathStack is what a miss's goroutine needs at its deepest (miekg/dns
@@ -240,61 +178,11 @@ func (s *udpSocket) flush(b *udpBatch) error {
 	return err
 }
 
-// slowPath answers a packet-cache miss through the pipeline and stores the
-// reply under the policy's key.
-//
-// key holds the packet-cache key's bytes (cache.PacketKey.Append), empty
-// when the query has none.
-func (s *udpSocket) slowPath(r *Resolver, pkt, key []byte, from netip.AddrPort, client netip.Addr, p *policy.Policy,
-	start time.Time) {
-	s.shard.Inc(stats.ConcurrentQueries)
-	defer s.shard.Dec(stats.ConcurrentQueries)
-	req := unpackQuery(pkt, s.shard)
-	if req == nil {
-		s.formErr(r, pkt, from, start)
-		return
-	}
-	ctx := queryContext(start)
-	reply := r.resolve(ctx, &query{req: req, client: client, start: start, shard: s.shard, policy: p})
-	if reply == nil {
-		return // drop
-	}
-	// The reply is packed into a pooled buffer: the packet cache copies
-	// it and the kernel has it once written. A UDP reply is cut to at
-	// most ourUDPSize, the buffer's length.
-	sc := r.replyBufs.Get().(*replyScratch)
-	defer r.replyBufs.Put(sc)
-	wire, err := finish(sc.buf, req, reply, false)
-	if err != nil {
-		s.shard.Inc(stats.ServerParseErrors)
-		wire, _ = finish(sc.buf, req, errorReply(req, dns.RcodeServerFailure), false)
-	}
-	if p.HasSchedules() {
-		clampToMinute(wire, r.now())
-	}
-	if len(key) > 0 && cacheable(req, reply) {
-		r.storePacket(key, wire)
-	}
-	_ = sc.out.send(s, wire, from)
-	s.shard.Replied(reply.Rcode, r.now().Sub(start))
-}
-
-// formErr answers FORMERR to a query unpackQuery refused. Out of
-// slowPath's frame, which every miss's stack holds.
-//
-//go:noinline
-func (s *udpSocket) formErr(r *Resolver, pkt []byte, from netip.AddrPort, start time.Time) {
-	sc := r.replyBufs.Get().(*replyScratch)
-	defer r.replyBufs.Put(sc)
-	_ = sc.out.send(s, appendFormErr(sc.buf[:0], pkt), from)
-	s.shard.Replied(dnswire.RcodeFormatError, r.now().Sub(start))
-}
-
-// replyScratch is what the UDP slow path writes its reply with, recycled
+// replyScratch is what the slow path writes its reply with, recycled
 // through Resolver.replyBufs: the buffer the reply is packed into, and
-// the sender that writes it (udp_linux.go: a raw sendto, with the
-// destination's sockaddr and the function the socket's RawConn calls made
-// once, not per reply).
+// the sender a UDP socket writes it with (udp_linux.go: a raw sendto, with
+// the destination's sockaddr and the function the socket's RawConn calls
+// made once, not per reply).
 type replyScratch struct {
 	buf []byte // ourUDPSize bytes
 	out replySender
@@ -306,23 +194,20 @@ func newReplyScratch() any {
 	return sc
 }
 
-// storePacket stores a miss's reply under the key bytes slowPath was
-// handed. Out of slowPath's frame: the key's array is on the stack only
-// while the entry is stored, not under the whole miss.
-//
-//go:noinline
-func (r *Resolver) storePacket(keyBytes, wire []byte) {
-	var key cache.PacketKey
-	if key.SetBytes(keyBytes) {
-		_, _ = r.packets.Put(&key, wire, r.now())
-	}
-}
-
 // cacheable says whether a reply may be replayed to the policy class:
 // not a truncation, not the debug trace (it names the client).
 func cacheable(req, reply *dns.Msg) bool {
 	return !reply.Truncated && req.Question[0].Qclass == dns.ClassINET
 }
+
+// The socket is the replier of its slow-path queries: a reply is one
+// datagram, a dropped query gets nothing.
+
+func (s *udpSocket) send(sc *replyScratch, wire []byte, to netip.AddrPort) error {
+	return sc.out.send(s, wire, to)
+}
+func (s *udpSocket) dropped() {}
+func (s *udpSocket) done()    {}
 
 // clampToMinute lowers every TTL of wire to the seconds left in the
 // current minute: a policy with schedules may decide otherwise at the next

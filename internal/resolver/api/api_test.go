@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/svc-pf/svc-pf/internal/httpapi"
+	"github.com/svc-pf/svc-pf/internal/policy"
 	"github.com/svc-pf/svc-pf/internal/resolver/api"
 	"github.com/svc-pf/svc-pf/internal/resolver/stats"
 )
@@ -334,8 +335,8 @@ func TestPDNSCORS(t *testing.T) {
 // {"name","type":"StatisticItem","value"} with a decimal string value.
 func TestStatisticsListing(t *testing.T) {
 	s := startDefault(t)
-	s.counters.Shard(0).Question(false, false)
-	s.counters.Shard(0).Question(true, false)
+	s.counters.Shard(0).Question(policy.TransportUDP, false)
+	s.counters.Shard(0).Question(policy.TransportTCP, false)
 	for _, path := range []string{"/api/v1/servers/localhost/statistics", "/api/v1/servers/localhost/statistics?statistic="} {
 		resp, body := s.get(t, path)
 		assertSuccessJSON(t, resp, body)

@@ -27,7 +27,7 @@ func filledPacket(b *testing.B, n int) (*cache.Packet, []*dnswire.Query) {
 			rr(b, fmt.Sprintf("web.host%d.example.com. 300 IN A 192.0.2.2", i)),
 		}, nil)
 		k.SetQuery(qs[i], "0123456789abcdef")
-		if _, err := c.Put(&k, answer, t0); err != nil {
+		if _, err := c.Put(&k, answer, nil, t0); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -37,7 +37,7 @@ func filledPacket(b *testing.B, n int) (*cache.Packet, []*dnswire.Query) {
 	kept := qs[:0]
 	for _, q := range qs {
 		k.SetQuery(q, "0123456789abcdef")
-		if _, hit := c.Get(&k, q.RawName(), t0, nil); hit {
+		if _, _, hit := c.Get(&k, q.RawName(), t0, nil); hit {
 			kept = append(kept, q)
 		}
 	}
@@ -70,7 +70,7 @@ func BenchmarkPacketGet(b *testing.B) {
 				q, fp := pick(i)
 				k.SetQuery(q, fp)
 				var hit bool
-				if dst, hit = get(&k, q.RawName(), now, dst); hit != wantHit {
+				if dst, _, hit = get(&k, q.RawName(), now, dst); hit != wantHit {
 					b.Fatalf("hit = %v", hit)
 				}
 			}
@@ -118,7 +118,7 @@ func BenchmarkFastPath(b *testing.B) {
 			}
 			k.SetQuery(&q, "0123456789abcdef")
 			var hit bool
-			if dst, hit = r.Get(&k, q.RawName(), now, dst); !hit || len(dst) > q.EDNS.MaxUDP() {
+			if dst, _, hit = r.Get(&k, q.RawName(), now, dst); !hit || len(dst) > q.EDNS.MaxUDP() {
 				b.Fatal("miss")
 			}
 			dnswire.PatchHeader(dst, &q)
@@ -145,7 +145,7 @@ func BenchmarkPacketPut(b *testing.B) {
 	defer cpuPerOp(b)()
 	i := 0
 	for b.Loop() {
-		if _, err := c.Put(&keys[i%n], answers[i%n], t0); err != nil {
+		if _, err := c.Put(&keys[i%n], answers[i%n], nil, t0); err != nil {
 			b.Fatal(err)
 		}
 		i++

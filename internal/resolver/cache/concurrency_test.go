@@ -40,7 +40,7 @@ func TestPacketConcurrent(t *testing.T) {
 				for n := range 3000 {
 					i := (n*7 + g*13) % names
 					k.SetQuery(qs[i], fmt.Sprint("fp", n%3))
-					c.Put(&k, answers[i], t0.Add(time.Duration(n)*10*time.Millisecond))
+					c.Put(&k, answers[i], nil, t0.Add(time.Duration(n)*10*time.Millisecond))
 				}
 			})
 			wg.Go(func() { // reader
@@ -54,7 +54,7 @@ func TestPacketConcurrent(t *testing.T) {
 					i := (n*11 + g) % names
 					k.SetQuery(qs[i], fmt.Sprint("fp", n%3))
 					var hit bool
-					dst, hit = get(&k, qs[i].RawName(), t0.Add(time.Duration(n)*5*time.Millisecond), dst)
+					dst, _, hit = get(&k, qs[i].RawName(), t0.Add(time.Duration(n)*5*time.Millisecond), dst)
 					if !hit {
 						continue
 					}

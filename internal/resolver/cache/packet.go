@@ -172,7 +172,7 @@ type packetShard struct {
 }
 
 // packetEntry is never modified after it is published, except ref. It is
-// 56 bytes, one cache line, and its bytes are one more allocation: a cold
+// 64 bytes at most, one cache line, and its bytes are one more allocation: a cold
 // hit touches the bucket, the entry and the data. Times are Unix
 // nanoseconds of the caller's clock, wall time as in PowerDNS and Unbound: a
 // step of the system clock ages entries early or late by the step.
@@ -183,15 +183,19 @@ type packetEntry struct {
 	ref    atomic.Uint32 // CLOCK's referenced bit, set by hits
 	keyLen uint16
 	ansLen uint16
-	// data is the key, the answer with TTLs clamped, and the offsets of
-	// the answer's TTLs as big-endian uint16s.
+	offLen uint16
+	// data is the key, the answer with TTLs clamped, the offsets of the
+	// answer's TTLs as big-endian uint16s, and the caller's note.
 	data []byte
 }
 
 func (e *packetEntry) key() []byte    { return e.data[:e.keyLen] }
 func (e *packetEntry) answer() []byte { return e.data[e.keyLen : int(e.keyLen)+int(e.ansLen)] }
-func (e *packetEntry) offs() []byte   { return e.data[int(e.keyLen)+int(e.ansLen):] }
-func (e *packetEntry) cost() int64    { return int64(len(e.data)) + entryOverhead }
+func (e *packetEntry) offs() []byte {
+	return e.data[int(e.keyLen)+int(e.ansLen) : int(e.keyLen)+int(e.ansLen)+int(e.offLen)]
+}
+func (e *packetEntry) note() []byte { return e.data[int(e.keyLen)+int(e.ansLen)+int(e.offLen):] }
+func (e *packetEntry) cost() int64  { return int64(len(e.data)) + entryOverhead }
 func (e *packetEntry) expired(now int64) bool {
 	return now-e.born >= e.life
 }
@@ -265,20 +269,23 @@ func tagOf(h uint64) uint32 { return uint32(h >> 32) }
 // An entry whose lifetime has passed is a miss. now is the caller's clock,
 // read once per batch of packets.
 //
+// A hit also returns the note Put stored with the answer: the entry's own
+// bytes, never modified, which the caller must not modify either.
+//
 // Get counts hits and misses in counters shared by every core that looks up
 // keys of the same shard; the UDP workers use a PacketReader each instead.
-func (c *Packet) Get(k *PacketKey, clientName []byte, now time.Time, dst []byte) ([]byte, bool) {
-	dst, hit, si := c.lookup(k, clientName, now, dst)
+func (c *Packet) Get(k *PacketKey, clientName []byte, now time.Time, dst []byte) (answer, note []byte, hit bool) {
+	dst, note, hit, si := c.lookup(k, clientName, now, dst)
 	if hit {
 		c.shards[si].hits.Add(1)
 	} else {
 		c.shards[si].misses.Add(1)
 	}
-	return dst, hit
+	return dst, note, hit
 }
 
 // lookup is Get without the counting; it also returns the shard.
-func (c *Packet) lookup(k *PacketKey, clientName []byte, now time.Time, dst []byte) ([]byte, bool, int) {
+func (c *Packet) lookup(k *PacketKey, clientName []byte, now time.Time, dst []byte) ([]byte, []byte, bool, int) {
 	key := k.bytes()
 	h := maphash.Bytes(c.seed, key)
 	si, bi := c.locate(h)
@@ -305,9 +312,9 @@ func (c *Packet) lookup(k *PacketKey, clientName []byte, now time.Time, dst []by
 			ageTTLs(dst, e.offs(), uint32(age/int64(time.Second)))
 		}
 		dnswire.CopyQuestionCase(dst, clientName)
-		return dst, true, si
+		return dst, e.note(), true, si
 	}
-	return dst[:0], false, si
+	return dst[:0], nil, false, si
 }
 
 // PacketReader is one socket worker's handle on the cache: Get as
@@ -342,8 +349,8 @@ func (c *Packet) NewReader() *PacketReader {
 }
 
 // Get is Packet.Get with the reader's own counters.
-func (r *PacketReader) Get(k *PacketKey, clientName []byte, now time.Time, dst []byte) ([]byte, bool) {
-	dst, hit, _ := r.c.lookup(k, clientName, now, dst)
+func (r *PacketReader) Get(k *PacketKey, clientName []byte, now time.Time, dst []byte) (answer, note []byte, hit bool) {
+	dst, note, hit, _ = r.c.lookup(k, clientName, now, dst)
 	// One writer: a load and a store, no locked instruction; atomic only so
 	// that Stats may read concurrently.
 	if hit {
@@ -351,7 +358,7 @@ func (r *PacketReader) Get(k *PacketKey, clientName []byte, now time.Time, dst [
 	} else {
 		r.counters.misses.Store(r.counters.misses.Load() + 1)
 	}
-	return dst, hit
+	return dst, note, hit
 }
 
 // NotCached says why Put did not store an answer. Most reasons are normal
@@ -410,7 +417,11 @@ func (r NotCached) Error() string {
 // The answer must start with the question, uncompressed, and carry no
 // client-specific EDNS option (a cookie, padding): it is replayed to every
 // client of the policy class.
-func (c *Packet) Put(k *PacketKey, answer []byte, now time.Time) (uint32, error) {
+//
+// note is the caller's, stored beside the answer and handed back by every
+// hit (the resolver's summary of the decision behind the answer, for its
+// observer); nil stores none. It counts in the entry's bytes.
+func (c *Packet) Put(k *PacketKey, answer, note []byte, now time.Time) (uint32, error) {
 	key := k.bytes()
 	if len(key) == 0 || !dnswire.IsLowerName(keyName(key)) {
 		return 0, NotCachedKey
@@ -443,10 +454,12 @@ func (c *Packet) Put(k *PacketKey, answer []byte, now time.Time) (uint32, error)
 		life:   int64(life) * int64(time.Second),
 		keyLen: uint16(len(key)),
 		ansLen: uint16(len(answer)),
-		data:   make([]byte, len(key)+len(answer)+2*len(offs)),
+		offLen: uint16(2 * len(offs)),
+		data:   make([]byte, len(key)+len(answer)+2*len(offs)+len(note)),
 	}
 	copy(e.data, key)
 	copy(e.data[len(key):], answer)
+	copy(e.note(), note)
 	dnswire.ClampTTLs(e.answer(), offs, ttlCap)
 	for i, o := range offs {
 		binary.BigEndian.PutUint16(e.offs()[2*i:], o)

@@ -20,7 +20,7 @@ func TestPacketGet(t *testing.T) {
 		rr(t, "web.example.com. 300 IN A 192.0.2.1"),
 	}, nil)
 	c := newPacket(t, nil)
-	if life, err := c.Put(key(t, parse(t, stored), "fpA"), answer, t0); err != nil || life != 300 {
+	if life, err := c.Put(key(t, parse(t, stored), "fpA"), answer, nil, t0); err != nil || life != 300 {
 		t.Fatalf("Put = %d, %v", life, err)
 	}
 
@@ -51,7 +51,7 @@ func TestPacketGet(t *testing.T) {
 			q := parse(t, tt.query)
 			before := c.Stats()
 			dst := make([]byte, 0, 4096)
-			got, hit := c.Get(key(t, q, tt.fp), q.RawName(), t0.Add(tt.at), dst)
+			got, _, hit := c.Get(key(t, q, tt.fp), q.RawName(), t0.Add(tt.at), dst)
 			after := c.Stats()
 			if hit != tt.hit {
 				t.Fatalf("hit = %v", hit)
@@ -90,14 +90,14 @@ func TestPacketPutCopies(t *testing.T) {
 	answer := reply(t, cq, dns.RcodeSuccess, []dns.RR{rr(t, "example.com. 60 IN A 192.0.2.1")}, nil)
 	c := newPacket(t, nil)
 	q := parse(t, cq)
-	if _, err := c.Put(key(t, q, "fp"), answer, t0); err != nil {
+	if _, err := c.Put(key(t, q, "fp"), answer, nil, t0); err != nil {
 		t.Fatal(err)
 	}
 	want := string(answer)
 	for i := range answer {
 		answer[i] = 0xFF
 	}
-	got, hit := c.Get(key(t, q, "fp"), q.RawName(), t0, nil)
+	got, _, hit := c.Get(key(t, q, "fp"), q.RawName(), t0, nil)
 	if !hit || string(got) != want {
 		t.Fatalf("hit %v, answer changed with the caller's buffer", hit)
 	}
@@ -229,13 +229,13 @@ func TestPacketPutLifetime(t *testing.T) {
 				cq = plain
 			}
 			q := parse(t, cq)
-			life, err := c.Put(key(t, q, "fp"), tt.answer(cq), t0)
+			life, err := c.Put(key(t, q, "fp"), tt.answer(cq), nil, t0)
 			if tt.wantErr != 0 {
 				var nc cache.NotCached
 				if !errors.As(err, &nc) || nc != tt.wantErr {
 					t.Fatalf("err = %v, want %v", err, tt.wantErr)
 				}
-				if _, hit := c.Get(key(t, q, "fp"), q.RawName(), t0, nil); hit {
+				if _, _, hit := c.Get(key(t, q, "fp"), q.RawName(), t0, nil); hit {
 					t.Error("refused answer is served")
 				}
 				return
@@ -243,7 +243,7 @@ func TestPacketPutLifetime(t *testing.T) {
 			if err != nil || life != tt.wantLife {
 				t.Fatalf("Put = %d, %v; want %d", life, err, tt.wantLife)
 			}
-			got, hit := c.Get(key(t, q, "fp"), q.RawName(), t0, nil)
+			got, _, hit := c.Get(key(t, q, "fp"), q.RawName(), t0, nil)
 			if !hit {
 				t.Fatal("miss right after Put")
 			}
@@ -255,7 +255,7 @@ func TestPacketPutLifetime(t *testing.T) {
 			if fmt.Sprint(ttls) != fmt.Sprint(tt.wantTTLs) && !(len(ttls) == 0 && len(tt.wantTTLs) == 0) {
 				t.Errorf("TTLs %v, want %v", ttls, tt.wantTTLs)
 			}
-			if _, hit := c.Get(key(t, q, "fp"), q.RawName(), t0.Add(time.Duration(life)*time.Second), nil); hit {
+			if _, _, hit := c.Get(key(t, q, "fp"), q.RawName(), t0.Add(time.Duration(life)*time.Second), nil); hit {
 				t.Error("served past its lifetime")
 			}
 		})
@@ -271,18 +271,18 @@ func TestPacketKeyLimits(t *testing.T) {
 		t.Error("accepted an empty name")
 	}
 	c := newPacket(t, nil)
-	if _, hit := c.Get(&k, nil, t0, nil); hit {
+	if _, _, hit := c.Get(&k, nil, t0, nil); hit {
 		t.Error("unset key hit")
 	}
 	answer := reply(t, clientQuery{name: "example.com.", qtype: dns.TypeA}, 0, []dns.RR{rr(t, "example.com. 60 IN A 192.0.2.1")}, nil)
-	if _, err := c.Put(&k, answer, t0); !errors.Is(err, cache.NotCachedKey) {
+	if _, err := c.Put(&k, answer, nil, t0); !errors.Is(err, cache.NotCachedKey) {
 		t.Errorf("Put with an unset key: %v", err)
 	}
 	upper := []byte("\x07EXAMPLE\x03com\x00")
 	if !k.Set(upper, dns.TypeA, dns.ClassINET, 0, "fp") {
 		t.Fatal("Set")
 	}
-	if _, err := c.Put(&k, answer, t0); !errors.Is(err, cache.NotCachedKey) {
+	if _, err := c.Put(&k, answer, nil, t0); !errors.Is(err, cache.NotCachedKey) {
 		t.Errorf("Put with an upper-case key: %v", err)
 	}
 }
@@ -306,7 +306,7 @@ func TestPacketEvictionAtTheBound(t *testing.T) {
 	}
 	qs, answers := distinct(t, 500, 300)
 	for i := range qs {
-		if _, err := c.Put(key(t, qs[i], "fp"), answers[i], t0); err != nil {
+		if _, err := c.Put(key(t, qs[i], "fp"), answers[i], nil, t0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -319,7 +319,7 @@ func TestPacketEvictionAtTheBound(t *testing.T) {
 	}
 	hits := 0
 	for i := range qs {
-		if _, hit := c.Get(key(t, qs[i], "fp"), qs[i].RawName(), t0, nil); hit {
+		if _, _, hit := c.Get(key(t, qs[i], "fp"), qs[i].RawName(), t0, nil); hit {
 			hits++
 		}
 	}
@@ -334,20 +334,20 @@ func TestPacketSecondChance(t *testing.T) {
 	c := newPacket(t, func(c *cache.PacketConfig) { c.Entries, c.Shards = 8, 1 })
 	qs, answers := distinct(t, 9, 300)
 	for i := range 8 {
-		if _, err := c.Put(key(t, qs[i], "fp"), answers[i], t0); err != nil {
+		if _, err := c.Put(key(t, qs[i], "fp"), answers[i], nil, t0); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, hit := c.Get(key(t, qs[0], "fp"), qs[0].RawName(), t0, nil); !hit {
+	if _, _, hit := c.Get(key(t, qs[0], "fp"), qs[0].RawName(), t0, nil); !hit {
 		t.Fatal("miss before eviction")
 	}
-	if _, err := c.Put(key(t, qs[8], "fp"), answers[8], t0); err != nil {
+	if _, err := c.Put(key(t, qs[8], "fp"), answers[8], nil, t0); err != nil {
 		t.Fatal(err)
 	}
-	if _, hit := c.Get(key(t, qs[0], "fp"), qs[0].RawName(), t0, nil); !hit {
+	if _, _, hit := c.Get(key(t, qs[0], "fp"), qs[0].RawName(), t0, nil); !hit {
 		t.Error("the entry just hit was evicted")
 	}
-	if _, hit := c.Get(key(t, qs[8], "fp"), qs[8].RawName(), t0, nil); !hit {
+	if _, _, hit := c.Get(key(t, qs[8], "fp"), qs[8].RawName(), t0, nil); !hit {
 		t.Error("the new entry is missing")
 	}
 	if s := c.Stats(); s.Entries != 8 || s.Evictions != 1 {
@@ -359,17 +359,17 @@ func TestPacketSecondChance(t *testing.T) {
 func TestPacketExpiredFirst(t *testing.T) {
 	c := newPacket(t, func(c *cache.PacketConfig) { c.Entries, c.Shards = 8, 1 })
 	short, shortAnswers := distinct(t, 1, 10)
-	if _, err := c.Put(key(t, short[0], "short"), shortAnswers[0], t0); err != nil {
+	if _, err := c.Put(key(t, short[0], "short"), shortAnswers[0], nil, t0); err != nil {
 		t.Fatal(err)
 	}
 	qs, answers := distinct(t, 8, 300)
 	for i := range qs {
-		if _, err := c.Put(key(t, qs[i], "fp"), answers[i], t0.Add(time.Minute)); err != nil {
+		if _, err := c.Put(key(t, qs[i], "fp"), answers[i], nil, t0.Add(time.Minute)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for i := range qs {
-		if _, hit := c.Get(key(t, qs[i], "fp"), qs[i].RawName(), t0.Add(time.Minute), nil); !hit {
+		if _, _, hit := c.Get(key(t, qs[i], "fp"), qs[i].RawName(), t0.Add(time.Minute), nil); !hit {
 			t.Errorf("entry %d evicted while an expired one was there", i)
 		}
 	}
@@ -383,7 +383,7 @@ func TestPacketByteBound(t *testing.T) {
 	c := newPacket(t, func(c *cache.PacketConfig) { c.MaxBytes, c.Shards = budget, 1 })
 	qs, answers := distinct(t, 100, 300)
 	for i := range qs {
-		if _, err := c.Put(key(t, qs[i], "fp"), answers[i], t0); err != nil {
+		if _, err := c.Put(key(t, qs[i], "fp"), answers[i], nil, t0); err != nil {
 			t.Fatal(err)
 		}
 		if s := c.Stats(); s.Bytes > budget {
@@ -399,7 +399,7 @@ func TestPacketByteBound(t *testing.T) {
 	for range 30 {
 		txt = append(txt, rr(t, `big.example.com. 60 IN TXT "`+strings.Repeat("x", 200)+`"`))
 	}
-	if _, err := c.Put(key(t, parse(t, big), "fp"), reply(t, big, 0, txt, nil), t0); !errors.Is(err, cache.NotCachedTooLarge) {
+	if _, err := c.Put(key(t, parse(t, big), "fp"), reply(t, big, 0, txt, nil), nil, t0); !errors.Is(err, cache.NotCachedTooLarge) {
 		t.Errorf("Put of a 6 KB answer into a 4 KB cache: %v", err)
 	}
 }
@@ -409,11 +409,11 @@ func TestPacketReplace(t *testing.T) {
 	cq := clientQuery{name: "example.com.", qtype: dns.TypeA}
 	q := parse(t, cq)
 	for _, addr := range []string{"192.0.2.1", "192.0.2.2"} {
-		if _, err := c.Put(key(t, q, "fp"), reply(t, cq, 0, []dns.RR{rr(t, "example.com. 60 IN A "+addr)}, nil), t0); err != nil {
+		if _, err := c.Put(key(t, q, "fp"), reply(t, cq, 0, []dns.RR{rr(t, "example.com. 60 IN A "+addr)}, nil), nil, t0); err != nil {
 			t.Fatal(err)
 		}
 	}
-	got, _ := c.Get(key(t, q, "fp"), q.RawName(), t0, nil)
+	got, _, _ := c.Get(key(t, q, "fp"), q.RawName(), t0, nil)
 	if a := unpack(t, got).Answer[0].(*dns.A).A.String(); a != "192.0.2.2" {
 		t.Errorf("served %s", a)
 	}
@@ -429,7 +429,7 @@ func TestPacketFlushAndSweep(t *testing.T) {
 		cq := clientQuery{name: n, qtype: dns.TypeA}
 		ttl := 60 * (i + 1)
 		for _, fp := range []string{"fpA", "fpB"} {
-			if _, err := c.Put(key(t, parse(t, cq), fp), reply(t, cq, 0, []dns.RR{rr(t, fmt.Sprintf("%s %d IN A 192.0.2.1", n, ttl))}, nil), t0); err != nil {
+			if _, err := c.Put(key(t, parse(t, cq), fp), reply(t, cq, 0, []dns.RR{rr(t, fmt.Sprintf("%s %d IN A 192.0.2.1", n, ttl))}, nil), nil, t0); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -455,24 +455,56 @@ func TestPacketGetAllocatesNothing(t *testing.T) {
 	c := newPacket(t, nil)
 	cq := clientQuery{name: "www.example.com.", qtype: dns.TypeA, edns: true}
 	q := parse(t, cq)
-	if _, err := c.Put(key(t, q, "fp"), reply(t, cq, 0, []dns.RR{rr(t, "www.example.com. 60 IN A 192.0.2.1")}, nil), t0); err != nil {
+	if _, err := c.Put(key(t, q, "fp"), reply(t, cq, 0, []dns.RR{rr(t, "www.example.com. 60 IN A 192.0.2.1")}, nil), nil, t0); err != nil {
 		t.Fatal(err)
 	}
 	dst := make([]byte, 0, 4096)
 	var k cache.PacketKey
 	r := c.NewReader()
-	for _, get := range []func(*cache.PacketKey, []byte, time.Time, []byte) ([]byte, bool){c.Get, r.Get} {
+	for _, get := range []func(*cache.PacketKey, []byte, time.Time, []byte) ([]byte, []byte, bool){c.Get, r.Get} {
 		hit := testing.AllocsPerRun(1000, func() {
 			k.SetQuery(q, "fp")
-			dst, _ = get(&k, q.RawName(), t0.Add(2*time.Second), dst)
+			dst, _, _ = get(&k, q.RawName(), t0.Add(2*time.Second), dst)
 		})
 		miss := testing.AllocsPerRun(1000, func() {
 			k.SetQuery(q, "other")
-			dst, _ = get(&k, q.RawName(), t0, dst)
+			dst, _, _ = get(&k, q.RawName(), t0, dst)
 		})
 		if hit != 0 || miss != 0 {
 			t.Errorf("allocations: hit %v, miss %v", hit, miss)
 		}
+	}
+}
+
+// A note stored with an answer comes back with every hit, unchanged by
+// the answer's aging, and counts in the entry's bytes; an answer stored
+// without one has none.
+func TestPacketNote(t *testing.T) {
+	c := newPacket(t, nil)
+	cq := clientQuery{name: "example.com.", qtype: dns.TypeA}
+	q := parse(t, cq)
+	answer := reply(t, cq, 0, []dns.RR{rr(t, "example.com. 60 IN A 192.0.2.1")}, nil)
+	note := []byte("the decision")
+	if _, err := c.Put(key(t, q, "fp"), answer, note, t0); err != nil {
+		t.Fatal(err)
+	}
+	bytesWith := c.Stats().Bytes
+	note[0] = 'X' // Put copied it
+	r := c.NewReader()
+	for _, at := range []time.Duration{0, 10 * time.Second} {
+		got, gotNote, hit := r.Get(key(t, q, "fp"), q.RawName(), t0.Add(at), nil)
+		if !hit || string(gotNote) != "the decision" || len(got) != len(answer) {
+			t.Fatalf("at +%v: hit %v, note %q, answer %d bytes; want the note and the %d-byte answer", at, hit, gotNote, len(got), len(answer))
+		}
+	}
+	if _, err := c.Put(key(t, q, "fp"), answer, nil, t0); err != nil {
+		t.Fatal(err)
+	}
+	if _, gotNote, hit := r.Get(key(t, q, "fp"), q.RawName(), t0, nil); !hit || len(gotNote) != 0 {
+		t.Errorf("stored without a note: hit %v, note %q", hit, gotNote)
+	}
+	if without := c.Stats().Bytes; bytesWith-without != int64(len(note)) {
+		t.Errorf("bytes %d with the note, %d without: want %d apart", bytesWith, without, len(note))
 	}
 }
 
@@ -481,7 +513,7 @@ func TestPacketReaderCounts(t *testing.T) {
 	c := newPacket(t, nil)
 	cq := clientQuery{name: "example.com.", qtype: dns.TypeA}
 	q := parse(t, cq)
-	if _, err := c.Put(key(t, q, "fp"), reply(t, cq, 0, []dns.RR{rr(t, "example.com. 60 IN A 192.0.2.1")}, nil), t0); err != nil {
+	if _, err := c.Put(key(t, q, "fp"), reply(t, cq, 0, []dns.RR{rr(t, "example.com. 60 IN A 192.0.2.1")}, nil), nil, t0); err != nil {
 		t.Fatal(err)
 	}
 	r1, r2 := c.NewReader(), c.NewReader()

@@ -4,6 +4,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/svc-pf/svc-pf/internal/policy"
 )
 
 // BenchmarkIncOwnShard is the query path's cost of one counter: each
@@ -43,7 +45,7 @@ func BenchmarkQueryOwnShard(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		s := c.Shard(uint(next.Add(1) - 1))
 		for pb.Next() {
-			s.Question(false, false)
+			s.Question(policy.TransportUDP, false)
 			s.Inc(ConcurrentQueries)
 			s.Inc(CacheMisses)
 			s.OutQuery(false, false)
@@ -62,7 +64,7 @@ func BenchmarkPacketCacheHitOwnShard(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		s := c.Shard(uint(next.Add(1) - 1))
 		for pb.Next() {
-			s.Question(false, false)
+			s.Question(policy.TransportUDP, false)
 			s.PacketCacheHit(0)
 		}
 	})

@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/svc-pf/svc-pf/internal/policy"
 )
 
 // Config configures Counters. Every field is optional.
@@ -174,16 +176,17 @@ func (s *Shard) Add(ctr Counter, n uint64) { s.v[ctr].Add(n) }
 // The shard may be another than the one Inc went to: only the sum counts.
 func (s *Shard) Dec(ctr Counter) { s.v[ctr].Add(math.MaxUint64) }
 
-// Question counts a query received from a client: questions, and
-// tcp-questions or (over UDP from an IPv6 address) ipv6-questions, as
-// PowerDNS counts them. A packet that fails to parse is not a question
-// (ClientParseErrors), nor is a query refused by allow_from
-// (UnauthorizedUDP, UnauthorizedTCP).
-func (s *Shard) Question(tcp, ipv6 bool) {
+// Question counts a query received from a client over t: questions, and
+// tcp-questions (DNS over a TCP stream: TCP, DoT) or (over UDP from an
+// IPv6 address) ipv6-questions, as PowerDNS counts them. A packet that
+// fails to parse is not a question (ClientParseErrors), nor is a query
+// refused by allow_from (UnauthorizedUDP, UnauthorizedTCP).
+func (s *Shard) Question(t policy.Transport, ipv6 bool) {
 	s.v[Questions].Add(1)
-	if tcp {
+	switch {
+	case t == policy.TransportTCP || t == policy.TransportDoT:
 		s.v[TCPQuestions].Add(1)
-	} else if ipv6 {
+	case t == policy.TransportUDP && ipv6:
 		s.v[IPv6Questions].Add(1)
 	}
 }

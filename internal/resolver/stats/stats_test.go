@@ -13,6 +13,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/svc-pf/svc-pf/internal/policy"
 )
 
 // pdnsNames is the statistics API's full listing: the 90 names PowerDNS
@@ -148,9 +150,9 @@ func TestEventsCountAsPowerDNS(t *testing.T) {
 		do   func(s *Shard)
 		want want
 	}{
-		{"udp v4 question", func(s *Shard) { s.Question(false, false) }, want{"questions": "1", "tcp-questions": "0", "ipv6-questions": "0"}},
-		{"udp v6 question", func(s *Shard) { s.Question(false, true) }, want{"questions": "1", "ipv6-questions": "1"}},
-		{"tcp v6 question", func(s *Shard) { s.Question(true, true) }, want{"questions": "1", "tcp-questions": "1", "ipv6-questions": "0"}},
+		{"udp v4 question", func(s *Shard) { s.Question(policy.TransportUDP, false) }, want{"questions": "1", "tcp-questions": "0", "ipv6-questions": "0"}},
+		{"udp v6 question", func(s *Shard) { s.Question(policy.TransportUDP, true) }, want{"questions": "1", "ipv6-questions": "1"}},
+		{"tcp v6 question", func(s *Shard) { s.Question(policy.TransportTCP, true) }, want{"questions": "1", "tcp-questions": "1", "ipv6-questions": "0"}},
 		{"reply 0", func(s *Shard) { s.Replied(0, 0) }, want{"answers0-1": "1", "noerror-answers": "1"}},
 		{"reply 1ms", func(s *Shard) { s.Replied(3, time.Millisecond) }, want{"answers0-1": "1", "nxdomain-answers": "1"}},
 		{"reply 1ms+1µs", func(s *Shard) { s.Replied(2, time.Millisecond+time.Microsecond) }, want{"answers1-10": "1", "servfail-answers": "1"}},
@@ -195,7 +197,7 @@ func TestPowerDNSIdentity(t *testing.T) {
 	c := newCounters(t, Config{Shards: 4})
 	for i := range 1000 {
 		s := c.Shard(uint(i))
-		s.Question(i%7 == 0, i%3 == 0)
+		s.Question(policy.Transport(min(i%7, 1)), i%3 == 0)
 		switch i % 5 {
 		case 0:
 			s.PacketCacheHit(0)
@@ -396,7 +398,7 @@ func TestConcurrentCounting(t *testing.T) {
 			defer wg.Done()
 			s := c.Shard(uint(w)) // workers 0 and 4 share a shard, and so on
 			for i := range each {
-				s.Question(false, false)
+				s.Question(policy.TransportUDP, false)
 				s.Inc(ConcurrentQueries)
 				s.Replied(0, time.Duration(i)*time.Microsecond)
 				c.Shard(uint(i)).Dec(ConcurrentQueries)

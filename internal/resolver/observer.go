@@ -1,0 +1,176 @@
+package resolver
+
+import (
+	"encoding/binary"
+	"net/netip"
+	"time"
+	"unsafe"
+
+	"github.com/svc-pf/svc-pf/internal/policy"
+)
+
+// Observer is told of every query the resolver answered, from every
+// transport, whether the reply came from a cache or not (Config.Observer;
+// nil: none, and nothing of this is computed).
+//
+// Answered is called synchronously, on the goroutine that answered the
+// query (for a packet-cache hit, the UDP socket's reader, which answers
+// every other client of that socket), after the reply was handed to the
+// transport. It must be cheap and must never block: a consumer that does
+// more (a log, a queue to a store) copies what it needs into its own
+// bounded queue and drops, and counts, what does not fit. It is called
+// from many goroutines at once.
+//
+// a and everything it references are valid only during the call: the
+// event is reused for the next query, and its strings may be views into
+// memory the resolver reuses. Copy what you keep (strings.Clone,
+// slices.Clone).
+type Observer interface {
+	Answered(a *Answered)
+}
+
+// Answered is one answered query, as an Observer sees it.
+type Answered struct {
+	// Name is the question's name in lower case, dotted, with its final
+	// dot ("example.com."); Type its type. Both empty when the packet
+	// had no question (a FORMERR for a malformed header).
+	Name string
+	Type uint16
+	// Subscriber is the session the client's address maps to; zero when
+	// it has none (the global policy answered).
+	Subscriber Subscriber
+	// Transport is how the query came; Client its source address;
+	// ClientID the client id of an encrypted transport ("" for UDP and
+	// TCP: the source address identifies the subscriber).
+	Transport policy.Transport
+	Client    netip.AddrPort
+	ClientID  string
+	// Decision is the policy's decision that shaped the reply; zero
+	// (Verdict "") when none was made: a FORMERR, NOTIMP or BADVERS, a
+	// CHAOS or non-IN class, a query refused for capacity.
+	Decision Summary
+	// Rcode is the reply's rcode (BADVERS is 16); RcodeDropped when the
+	// policy's action was to drop the query: no reply was sent, but a
+	// decision was made.
+	Rcode int
+	// Cached says whether a cache answered: the packet cache (the whole
+	// reply, and Decision is the one stored with it), or the record cache
+	// (the forwarders' answer; the decision was made again).
+	Cached Cached
+	// Took is from the query's arrival (its batch's, over UDP) to the
+	// reply handed to the transport.
+	Took time.Duration
+}
+
+// RcodeDropped is Answered.Rcode for a query the policy dropped.
+const RcodeDropped = -1
+
+// Cached names the cache an answer came from.
+type Cached uint8
+
+// Caches.
+const (
+	CachedNone Cached = iota
+	CachedPacket
+	CachedRecord
+)
+
+// String is "", "packet" or "record".
+func (c Cached) String() string {
+	switch c {
+	case CachedPacket:
+		return "packet"
+	case CachedRecord:
+		return "record"
+	}
+	return ""
+}
+
+// Subscriber is who asked: the session's organisation, id and attributes.
+type Subscriber struct {
+	Org, SessionID, Username, DeviceID, Location string
+}
+
+// Summary is a decision as the observer sees it, and as the packet cache
+// keeps it beside an answer.
+type Summary struct {
+	Verdict policy.Verdict
+	Action  policy.Action
+	Reason  policy.Reason
+	// Rule is the rule that fired (policy.Decision.Rule), "" for the
+	// default.
+	Rule string
+	// Categories are the codes (feed.Category.Code) of the categories
+	// found for the name, in the decision's order (a name of the CNAME
+	// chain adds its own); empty when the decision did not look them up.
+	Categories []uint16
+}
+
+// summarize fills s from d, its categories into s.Categories' room.
+func summarize(s *Summary, d *policy.Decision) {
+	cats := s.Categories[:0]
+	for _, c := range d.Categories {
+		cats = append(cats, c.Code)
+	}
+	*s = Summary{Verdict: d.Verdict, Action: d.Action, Reason: d.Reason, Rule: d.Rule(), Categories: cats}
+}
+
+// The packet cache keeps a summary as a note (cache.Packet.Put): one byte
+// each for the verdict, action and reason (their index in these tables),
+// the number of categories, their codes (big-endian), then the rule's
+// bytes. A few bytes beside an answer of a hundred or more; decoded, on a
+// hit, without allocating (the rule is a view of the entry's bytes, which
+// are never modified).
+var (
+	noteVerdicts = [...]policy.Verdict{"", policy.VerdictAllow, policy.VerdictBlock, policy.VerdictRedirect}
+	noteActions  = [...]policy.Action{"", policy.ActionAllow, policy.ActionNXDomain, policy.ActionNoData,
+		policy.ActionRefused, policy.ActionDrop, policy.ActionTruncate, policy.ActionRedirect, policy.ActionCNAME}
+	noteReasons = [...]policy.Reason{"", policy.ReasonFilteringOff, policy.ReasonAllowlist, policy.ReasonRPZ,
+		policy.ReasonBlocklist, policy.ReasonPaused, policy.ReasonSafeSearch, policy.ReasonCategory,
+		policy.ReasonNetwork, policy.ReasonDefault}
+)
+
+// noteMaxCategories bounds the codes a note keeps (a count byte).
+const noteMaxCategories = 255
+
+func indexOf[T comparable](table []T, v T) byte {
+	for i, x := range table {
+		if x == v {
+			return byte(i)
+		}
+	}
+	return 0
+}
+
+// appendNote appends s's note to dst.
+func appendNote(dst []byte, s *Summary) []byte {
+	cats := s.Categories[:min(len(s.Categories), noteMaxCategories)]
+	dst = append(dst, indexOf(noteVerdicts[:], s.Verdict), indexOf(noteActions[:], s.Action),
+		indexOf(noteReasons[:], s.Reason), byte(len(cats)))
+	for _, c := range cats {
+		dst = binary.BigEndian.AppendUint16(dst, c)
+	}
+	return append(dst, s.Rule...)
+}
+
+// readNote decodes a note appendNote wrote into s, its categories into
+// cats (reused); false when note is not one (an answer stored without a
+// summary: s is then zero). The rule is a view of note.
+func readNote(s *Summary, note []byte, cats []uint16) bool {
+	*s = Summary{}
+	if len(note) < 4 {
+		return false
+	}
+	v, a, r, n := int(note[0]), int(note[1]), int(note[2]), int(note[3])
+	if v >= len(noteVerdicts) || a >= len(noteActions) || r >= len(noteReasons) || len(note) < 4+2*n {
+		return false
+	}
+	for i := range n {
+		cats = append(cats, binary.BigEndian.Uint16(note[4+2*i:]))
+	}
+	*s = Summary{Verdict: noteVerdicts[v], Action: noteActions[a], Reason: noteReasons[r], Categories: cats}
+	if rule := note[4+2*n:]; len(rule) > 0 {
+		s.Rule = unsafe.String(&rule[0], len(rule))
+	}
+	return true
+}
