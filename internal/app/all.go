@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/svc-pf/svc-pf/internal/httpapi"
 	"github.com/svc-pf/svc-pf/internal/natsbus"
 	"github.com/svc-pf/svc-pf/internal/readmodel/feeds"
 	"github.com/svc-pf/svc-pf/internal/rpz"
@@ -62,8 +63,18 @@ func DefaultAllConfig() AllConfig {
 		IPMapper:   DefaultIPMapperConfig(),
 		Node:       DefaultNodeConfig(),
 		Simulator:  DefaultSimulatorConfig(),
-		Resolver:   DefaultResolverConfig(),
+		Resolver:   allResolverConfig(),
 	}
+}
+
+// allResolverConfig is `svc-pf resolver`'s defaults without its listener:
+// under `svc-pf all` the resolver's API is served on node.http, so a
+// resolver.http left in the file would be a setting nobody reads, and
+// Validate refuses any.
+func allResolverConfig() ResolverConfig {
+	c := DefaultResolverConfig()
+	c.HTTP = httpapi.Config{}
+	return c
 }
 
 // Validate checks the configuration before anything starts.
@@ -84,6 +95,9 @@ func (c *AllConfig) Validate() error {
 	errs = append(errs, rpz.Config{Zones: c.RPZ}.Validate())
 	if len(c.Resolver.Feeds) > 0 || len(c.Resolver.RPZ) > 0 || c.Resolver.Region != "" {
 		errs = append(errs, errors.New("resolver.feeds, resolver.rpz, resolver.region: under svc-pf all these node keys are set at the top level, shared by the simulator and the resolver"))
+	}
+	if c.Resolver.HTTP != (httpapi.Config{}) {
+		errs = append(errs, errors.New("resolver.http: under svc-pf all the resolver's API and /metrics are served on the node listener; set node.http instead"))
 	}
 	if _, err := c.Resolver.parse(); err != nil {
 		errs = append(errs, prefixed("resolver", err))
