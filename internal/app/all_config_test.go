@@ -31,3 +31,25 @@ func TestAllRefusesResolverHTTP(t *testing.T) {
 		}
 	}
 }
+
+// TestSimulatorPProfKey: http.pprof sits beside http.address in the
+// simulator's section (and under svc-pf all's simulator:), off unless set.
+func TestSimulatorPProfKey(t *testing.T) {
+	cfg := DefaultSimulatorConfig()
+	if cfg.HTTP.PProf {
+		t.Fatal("http.pprof is on by default")
+	}
+	if err := config.Decode([]byte("http: {address: 127.0.0.1:9081, pprof: true}\n"), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.HTTP.PProf || cfg.HTTP.Address != "127.0.0.1:9081" || cfg.Validate() != nil {
+		t.Fatalf("decoded %+v: %v", cfg.HTTP, cfg.Validate())
+	}
+	all := DefaultAllConfig()
+	if err := config.Decode([]byte("simulator:\n  http: {pprof: true}\n"), &all); err != nil {
+		t.Fatal(err)
+	}
+	if !all.Simulator.HTTP.PProf || all.Simulator.HTTP.Address != "127.0.0.1:8081" {
+		t.Fatalf("svc-pf all's simulator.http: %+v", all.Simulator.HTTP)
+	}
+}
