@@ -55,9 +55,7 @@ func StartNode(cfg NodeConfig, models *readModels, reg *prometheus.Registry, v V
 	}
 	httpapi.MountStandard(router, httpapi.StandardConfig{
 		Service: "node", Version: string(v), Gatherer: reg, Ready: models.Ready,
-		Info: func() any {
-			return map[string]any{"feeds": models.feeds.Status(), "rpz": models.rpz.Status(), "counts": models.Counts()}
-		},
+		Info: func() any { return nodeInfo(models) },
 	})
 	for _, m := range more {
 		m.Register(router)
@@ -68,6 +66,16 @@ func StartNode(cfg NodeConfig, models *readModels, reg *prometheus.Registry, v V
 	}
 	log.Info("node listening", "address", n.server.Addr().String(), "feeds", len(models.feeds.Status()))
 	return n, nil
+}
+
+// nodeInfo is the node's status page payload. What it shares with the
+// simulator's info payload (sessions, settings_documents, and each feed's
+// name, version, entries, loaded_at) has the simulator's snake_case names,
+// so one reader serves both; the feeds carry their poll status besides.
+func nodeInfo(models *readModels) map[string]any {
+	c := models.Counts()
+	return map[string]any{"feeds": models.feeds.Status(), "rpz": models.rpz.Status(),
+		"sessions": c.Sessions, "settings_documents": c.SettingsDocuments}
 }
 
 // feedProblems says, for /health, which feeds have never loaded and which
