@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -182,6 +183,9 @@ func StartAll(ctx context.Context, cfg AllConfig, v Version, log *slog.Logger) (
 	// The orgmanager and the node follow the IP Mapper's bucket (Validate
 	// refused a different one).
 	cfg.OrgManager.Sessions.Bucket = cfg.IPMapper.Sessions.Bucket
+	// The IP Mapper beside it serves once it holds its lock, which a
+	// process killed without releasing it keeps for up to lock_ttl.
+	cfg.OrgManager.AwaitIPMapper = cfg.IPMapper.HA.LockTTL + 30*time.Second
 	if cfg.OrgManager.Database.URL == DefaultOrgManagerConfig().Database.URL {
 		// Not set by the operator: the database lives in the data directory too.
 		cfg.OrgManager.Database.URL = "sqlite:" + filepath.Join(cfg.DataDir, "orgmanager.db")
