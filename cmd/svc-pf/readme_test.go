@@ -21,8 +21,12 @@ import (
 )
 
 // readmeInsideEnv carries, into the test binary run again inside the
-// network namespace, the copy of the repository to run the README in.
-const readmeInsideEnv = "SVCPF_README_REPO"
+// namespaces, the copy of the repository to run the README in;
+// readmeResolvEnv the resolv.conf to mount over /etc/resolv.conf there.
+const (
+	readmeInsideEnv = "SVCPF_README_REPO"
+	readmeResolvEnv = "SVCPF_README_RESOLV"
+)
 
 // readmeTestCommand is the README's block that runs the tests: TestReadme
 // does not run it, since it is the command that runs TestReadme.
@@ -66,20 +70,21 @@ func TestReadme(t *testing.T) {
 
 	// Root (as in CI) makes the namespaces directly; anyone else through a
 	// user namespace, where the kernel allows it.
-	args := []string{"--net", "--mount"}
+	flags := []string{"--net", "--mount"}
 	if os.Geteuid() != 0 {
-		args = append([]string{"--user", "--map-root-user"}, args...)
+		flags = append([]string{"--user", "--map-root-user"}, flags...)
 	}
-	args = append(args, "--", os.Args[0], "-test.run=^TestReadme$", "-test.v", "-test.count=1", "-test.timeout=6m")
 	ctx, cancel := context.WithTimeout(context.Background(), 7*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "unshare", args...)
-	cmd.Env = append(os.Environ(), readmeInsideEnv+"="+repo, "SVCPF_README_RESOLV="+resolv)
+	cmd := exec.CommandContext(ctx, "unshare", append(flags, "--", os.Args[0],
+		"-test.run=^TestReadme$", "-test.v", "-test.count=1", "-test.timeout=6m")...)
+	cmd.Env = append(os.Environ(), readmeInsideEnv+"="+repo, readmeResolvEnv+"="+resolv)
+	cmd.WaitDelay = 10 * time.Second
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		if bytes.HasPrefix(out, []byte("unshare:")) {
-			t.Fatalf("TestReadme needs new network and mount namespaces (root, or unprivileged user namespaces): unshare %v: %v\n%s",
-				args[:len(args)-6], err, out)
+			t.Fatalf("TestReadme needs new network and mount namespaces (run as root, or where unprivileged user namespaces are allowed): unshare %s: %v\n%s",
+				strings.Join(flags, " "), err, out)
 		}
 		t.Fatalf("the README's blocks inside their namespace: %v\n%s", err, out)
 	}
@@ -92,7 +97,7 @@ func readmeInside(t *testing.T, repo string) {
 	if out, err := exec.Command("ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
 		t.Fatalf("ip link set lo up: %v: %s", err, out)
 	}
-	if err := syscall.Mount(os.Getenv("SVCPF_README_RESOLV"), "/etc/resolv.conf", "", syscall.MS_BIND, ""); err != nil {
+	if err := syscall.Mount(os.Getenv(readmeResolvEnv), "/etc/resolv.conf", "", syscall.MS_BIND, ""); err != nil {
 		t.Fatalf("bind-mounting a resolv.conf naming 127.0.0.1 over /etc/resolv.conf in the test's mount namespace: %v", err)
 	}
 	startForwarder(t)
