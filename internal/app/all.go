@@ -46,9 +46,10 @@ type AllConfig struct {
 	// the node listener (node.http) and its node keys stand at the top
 	// level.
 	Resolver ResolverConfig `yaml:"resolver"`
-	// Feeds are the node's category feeds (DESIGN.md §6.2).
+	// Feeds are the node's category feeds (docs/feed-client.md).
 	Feeds []feeds.FeedConfig `yaml:"feeds"`
-	// RPZ are the node's response-policy zone files (DESIGN.md §6.3 step 3).
+	// RPZ are the node's response-policy zone files (step 3 of the
+	// decision, docs/policy.md).
 	RPZ []rpz.ZoneConfig `yaml:"rpz"`
 	// Region is the node's region (the simulator's info payload).
 	Region string `yaml:"region"`
@@ -249,7 +250,7 @@ func StartAll(ctx context.Context, cfg AllConfig, v Version, log *slog.Logger) (
 	if a.Resolver, err = StartResolver(cfg.Resolver, models, v, reg, log); err != nil {
 		return fail(err)
 	}
-	// The resolver's spec 3 API is served on the node listener.
+	// The resolver's PowerDNS-compatible API is served on the node listener.
 	if a.Node, err = StartNode(cfg.Node, models, reg, v, nodeLog, a.Resolver.API); err != nil {
 		return fail(err)
 	}

@@ -20,7 +20,7 @@ import (
 // and while none has failed for longer than its stale_after)
 // and /metrics (svcpf_feed_*) live there; the resolver's API joins it when
 // the resolver is built. The node's read models are configured at the top
-// level (`feeds:`, DESIGN.md §6.2), where the simulator and the resolver
+// level (`feeds:`), where the simulator and the resolver
 // share them.
 type NodeConfig struct {
 	HTTP httpapi.Config `yaml:"http"`
@@ -39,8 +39,8 @@ type Node struct {
 	log    *slog.Logger
 }
 
-// routes are more routes a node listener serves (the resolver's spec 3
-// API).
+// routes are more routes a node listener serves (the resolver's
+// PowerDNS-compatible API).
 type routes interface{ Register(r *httpapi.Router) }
 
 // StartNode binds the node's listener over its read models; Run follows
