@@ -174,13 +174,15 @@ func checkReadmeOutput(t *testing.T, out, log string) {
 		`"blocked_categories":[4]`,                       // the effective settings
 		`"verdict":"block"`, `"reason":"category"`,
 		"EDE: 17 (Filtered)", "category:4 feed=threats key=blackhattoolz.com",
-		"alice", // the IP Mapper's table
 		`"name":"questions"`,
 		"@@ done @@",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the README's output does not show %q:\n%s", want, out)
 		}
+	}
+	if !regexp.MustCompile(`(?m)^[0-9a-f]{32}\s+acme\s+127\.0\.0\.2/32\s+alice\s`).MatchString(out) {
+		t.Errorf("svc-pf ipmapper sessions does not show alice's session:\n%s", out)
 	}
 	// The two digs in order: alice's NXDOMAIN, then 127.0.0.3's answer
 	// from the forwarder.
