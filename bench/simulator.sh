@@ -204,9 +204,9 @@ for run in $runs; do
 	if [ "${PROFILE:-}" = 1 ]; then
 		prof="$work/cpu-$run.prof"
 		psecs=$((seconds > 10 ? seconds - 5 : seconds))
-		curl -sf -o "$prof" "$base/debug/pprof/profile?seconds=$psecs" &
+		curl -sf -H 'X-API-Key: bench-key' -o "$prof" "$base/debug/pprof/profile?seconds=$psecs" &
 		profiler=$!
-		curl -sf -o "$prof.allocs" "$base/debug/pprof/allocs?seconds=$psecs" &
+		curl -sf -H 'X-API-Key: bench-key' -o "$prof.allocs" "$base/debug/pprof/allocs?seconds=$psecs" &
 		profiler2=$!
 	fi
 	/usr/bin/time -f '%U %S' -o "$work/wrk.time" \

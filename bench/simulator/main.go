@@ -533,7 +533,7 @@ func serve(p params, log *slog.Logger) error {
 		Counts: func() simulator.Counts {
 			return simulator.Counts{Sessions: ix.Len(), SettingsDocuments: sm.Snapshot().Len()}
 		},
-		Workers: p.workers, CallTimeout: 5 * time.Second, APIKeys: []string{APIKey},
+		Workers: p.workers, CallTimeout: 5 * time.Second, APIKeys: []string{APIKey}, PProf: true,
 		Region: "bench", Version: "bench", Logger: svcLog, Registerer: reg,
 	})
 	if err != nil {

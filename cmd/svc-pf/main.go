@@ -1,6 +1,7 @@
 // Command svc-pf is the one binary of the svc-pf platform: each subcommand
-// runs one service (DESIGN.md §2), `all` runs them together around an
-// embedded NATS server.
+// runs one service (the orgmanager, the IP Mapper, the simulator, the
+// resolver) or a tool (feed), and `all` runs the services together around
+// an embedded NATS server.
 package main
 
 import (
@@ -41,12 +42,16 @@ Usage:
   svc-pf --version
 
 Commands:
-  orgmanager   REST API for organisations, prefixes and overrides (default config /etc/svc-pf/orgmanager.yaml)
-  ipmapper     the IP Mapper: session table as a NATS micro service (default config /etc/svc-pf/ipmapper.yaml);
-               "ipmapper sessions" shows what a running one holds (--help for its options)
-  simulator    spec 2's simulator: categories and filtering verdicts over HTTP and Lua workers (default config /etc/svc-pf/simulator.yaml; --test-and-exit)
-  resolver     the filtering DNS server and spec 3's PowerDNS-compatible API (default config /etc/svc-pf/resolver.yaml)
-  all          every service in one process with an embedded NATS server (default config /etc/svc-pf/all.yaml)
+  orgmanager   REST API for organisations, their IP prefixes, per-CIDR overrides and settings documents;
+               deploys sessions to the IP Mapper and settings to the nodes (default config /etc/svc-pf/orgmanager.yaml)
+  ipmapper     the IP Mapper: the session table (address → subscriber) as a NATS micro service
+               (default config /etc/svc-pf/ipmapper.yaml); "ipmapper sessions" shows what a running one holds
+               (--help for its options)
+  simulator    a name's categories and a subscriber's filtering verdict with its reason, over HTTP and NATS,
+               through Lua workers (default config /etc/svc-pf/simulator.yaml; --test-and-exit)
+  resolver     the filtering DNS server (UDP and TCP) and its PowerDNS-compatible statistics API
+               (default config /etc/svc-pf/resolver.yaml)
+  all          every service above in one process around an embedded NATS server (default config /etc/svc-pf/all.yaml)
   feed         build a category feed from filter lists, serve feed directories over HTTP, look a name up
   version      print the version
 `

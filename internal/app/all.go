@@ -9,9 +9,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/svc-pf/svc-pf/internal/httpapi"
 	"github.com/svc-pf/svc-pf/internal/natsbus"
 	"github.com/svc-pf/svc-pf/internal/readmodel/feeds"
 	"github.com/svc-pf/svc-pf/internal/rpz"
@@ -44,9 +46,10 @@ type AllConfig struct {
 	// the node listener (node.http) and its node keys stand at the top
 	// level.
 	Resolver ResolverConfig `yaml:"resolver"`
-	// Feeds are the node's category feeds (DESIGN.md §6.2).
+	// Feeds are the node's category feeds (docs/feed-client.md).
 	Feeds []feeds.FeedConfig `yaml:"feeds"`
-	// RPZ are the node's response-policy zone files (DESIGN.md §6.3 step 3).
+	// RPZ are the node's response-policy zone files (step 3 of the
+	// decision, docs/policy.md).
 	RPZ []rpz.ZoneConfig `yaml:"rpz"`
 	// Region is the node's region (the simulator's info payload).
 	Region string `yaml:"region"`
@@ -62,8 +65,18 @@ func DefaultAllConfig() AllConfig {
 		IPMapper:   DefaultIPMapperConfig(),
 		Node:       DefaultNodeConfig(),
 		Simulator:  DefaultSimulatorConfig(),
-		Resolver:   DefaultResolverConfig(),
+		Resolver:   allResolverConfig(),
 	}
+}
+
+// allResolverConfig is `svc-pf resolver`'s defaults without its listener:
+// under `svc-pf all` the resolver's API is served on node.http, so a
+// resolver.http left in the file would be a setting nobody reads, and
+// Validate refuses any.
+func allResolverConfig() ResolverConfig {
+	c := DefaultResolverConfig()
+	c.HTTP = httpapi.Config{}
+	return c
 }
 
 // Validate checks the configuration before anything starts.
@@ -84,6 +97,9 @@ func (c *AllConfig) Validate() error {
 	errs = append(errs, rpz.Config{Zones: c.RPZ}.Validate())
 	if len(c.Resolver.Feeds) > 0 || len(c.Resolver.RPZ) > 0 || c.Resolver.Region != "" {
 		errs = append(errs, errors.New("resolver.feeds, resolver.rpz, resolver.region: under svc-pf all these node keys are set at the top level, shared by the simulator and the resolver"))
+	}
+	if c.Resolver.HTTP != (httpapi.Config{}) {
+		errs = append(errs, errors.New("resolver.http: under svc-pf all the resolver's API and /metrics are served on the node listener; set node.http instead"))
 	}
 	if _, err := c.Resolver.parse(); err != nil {
 		errs = append(errs, prefixed("resolver", err))
@@ -168,6 +184,9 @@ func StartAll(ctx context.Context, cfg AllConfig, v Version, log *slog.Logger) (
 	// The orgmanager and the node follow the IP Mapper's bucket (Validate
 	// refused a different one).
 	cfg.OrgManager.Sessions.Bucket = cfg.IPMapper.Sessions.Bucket
+	// The IP Mapper beside it serves once it holds its lock, which a
+	// process killed without releasing it keeps for up to lock_ttl.
+	cfg.OrgManager.AwaitIPMapper = cfg.IPMapper.HA.LockTTL + 30*time.Second
 	if cfg.OrgManager.Database.URL == DefaultOrgManagerConfig().Database.URL {
 		// Not set by the operator: the database lives in the data directory too.
 		cfg.OrgManager.Database.URL = "sqlite:" + filepath.Join(cfg.DataDir, "orgmanager.db")
@@ -231,7 +250,7 @@ func StartAll(ctx context.Context, cfg AllConfig, v Version, log *slog.Logger) (
 	if a.Resolver, err = StartResolver(cfg.Resolver, models, v, reg, log); err != nil {
 		return fail(err)
 	}
-	// The resolver's spec 3 API is served on the node listener.
+	// The resolver's PowerDNS-compatible API is served on the node listener.
 	if a.Node, err = StartNode(cfg.Node, models, reg, v, nodeLog, a.Resolver.API); err != nil {
 		return fail(err)
 	}

@@ -20,7 +20,7 @@ import (
 // and while none has failed for longer than its stale_after)
 // and /metrics (svcpf_feed_*) live there; the resolver's API joins it when
 // the resolver is built. The node's read models are configured at the top
-// level (`feeds:`, DESIGN.md §6.2), where the simulator and the resolver
+// level (`feeds:`), where the simulator and the resolver
 // share them.
 type NodeConfig struct {
 	HTTP httpapi.Config `yaml:"http"`
@@ -39,8 +39,8 @@ type Node struct {
 	log    *slog.Logger
 }
 
-// routes are more routes a node listener serves (the resolver's spec 3
-// API).
+// routes are more routes a node listener serves (the resolver's
+// PowerDNS-compatible API).
 type routes interface{ Register(r *httpapi.Router) }
 
 // StartNode binds the node's listener over its read models; Run follows
@@ -55,9 +55,7 @@ func StartNode(cfg NodeConfig, models *readModels, reg *prometheus.Registry, v V
 	}
 	httpapi.MountStandard(router, httpapi.StandardConfig{
 		Service: "node", Version: string(v), Gatherer: reg, Ready: models.Ready,
-		Info: func() any {
-			return map[string]any{"feeds": models.feeds.Status(), "rpz": models.rpz.Status(), "counts": models.Counts()}
-		},
+		Info: func() any { return nodeInfo(models) },
 	})
 	for _, m := range more {
 		m.Register(router)
@@ -68,6 +66,16 @@ func StartNode(cfg NodeConfig, models *readModels, reg *prometheus.Registry, v V
 	}
 	log.Info("node listening", "address", n.server.Addr().String(), "feeds", len(models.feeds.Status()))
 	return n, nil
+}
+
+// nodeInfo is the node's status page payload. What it shares with the
+// simulator's info payload (sessions, settings_documents, and each feed's
+// name, version, entries, loaded_at) has the simulator's snake_case names,
+// so one reader serves both; the feeds carry their poll status besides.
+func nodeInfo(models *readModels) map[string]any {
+	c := models.Counts()
+	return map[string]any{"feeds": models.feeds.Status(), "rpz": models.rpz.Status(),
+		"sessions": c.Sessions, "settings_documents": c.SettingsDocuments}
 }
 
 // feedProblems says, for /health, which feeds have never loaded and which

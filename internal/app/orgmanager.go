@@ -68,6 +68,13 @@ type OrgManagerConfig struct {
 	Sessions OrgSessionsConfig `yaml:"sessions"`
 	Settings OrgSettingsConfig `yaml:"settings"`
 	Deploy   DeployConfig      `yaml:"deploy"`
+
+	// AwaitIPMapper bounds how long Run holds the first deploy until the
+	// IP Mapper answers (not a file key). `svc-pf all` sets it: its IP
+	// Mapper starts beside the orgmanager, and a deploy sent before it
+	// serves would fail and log a warning on every start. Past the bound
+	// the deploys start anyway, and their failures are logged as usual.
+	AwaitIPMapper time.Duration `yaml:"-"`
 }
 
 // DefaultOrgManagerConfig is what runs when the file sets nothing.
@@ -130,6 +137,10 @@ type OrgManager struct {
 	deployer *deploy.Deployer
 	server   *httpapi.Server
 	log      *slog.Logger
+	// ping asks the IP Mapper whether it answers (nil without one);
+	// awaitMapper is OrgManagerConfig.AwaitIPMapper.
+	ping        func(context.Context) error
+	awaitMapper time.Duration
 	// writeProbeInterval: how often Run probes the database with a write
 	// when no write told whether it takes them (writeProbeEvery; tests
 	// shorten it before Run).
@@ -219,7 +230,8 @@ func StartOrgManager(ctx context.Context, cfg OrgManagerConfig, nc *nats.Conn, v
 	}
 	log.Info("orgmanager listening", "address", server.Addr().String(), "database", redactURL(cfg.Database.URL),
 		"ip_mapper", nc != nil, "sessions_bucket", cfg.Sessions.Bucket)
-	return &OrgManager{store: store, deployer: deployer, server: server, log: log, writeProbeInterval: writeProbeEvery}, nil
+	return &OrgManager{store: store, deployer: deployer, server: server, log: log, writeProbeInterval: writeProbeEvery,
+		ping: ping, awaitMapper: cfg.AwaitIPMapper}, nil
 }
 
 // Addr is the HTTP listener's address.
@@ -233,6 +245,8 @@ func (o *OrgManager) Run(ctx context.Context) error {
 	deployed, probed := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(deployed)
+		// Writes are served meanwhile: they wait in the deploy queue.
+		o.awaitIPMapper(ctx)
 		o.deployer.Run(ctx)
 	}()
 	go func() {
@@ -244,6 +258,31 @@ func (o *OrgManager) Run(ctx context.Context) error {
 	<-deployed
 	<-probed
 	return errors.Join(err, o.store.Close())
+}
+
+// awaitIPMapper returns once the IP Mapper answers a ping, or after
+// awaitMapper, saying so, or when ctx ends.
+func (o *OrgManager) awaitIPMapper(ctx context.Context) {
+	if o.ping == nil || o.awaitMapper <= 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.awaitMapper)
+	defer cancel()
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if err := o.ping(ctx); err == nil || !errors.Is(err, deploy.ErrUnreachable) {
+			return // it answered, if only to refuse
+		}
+		select {
+		case <-ctx.Done():
+			if !errors.Is(ctx.Err(), context.Canceled) {
+				o.log.Info("the IP Mapper did not answer in time; deploying anyway", "waited", o.awaitMapper)
+			}
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // RunOrgManager runs the standalone orgmanager until ctx ends.

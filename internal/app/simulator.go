@@ -133,11 +133,11 @@ func ParseByteSize(s string) (int64, error) {
 // SimulatorConfig is `svc-pf simulator`'s file (/etc/svc-pf/simulator.yaml)
 // and the `simulator` section of `svc-pf all`.
 type SimulatorConfig struct {
-	HTTP    httpapi.Config `yaml:"http"`
-	APIKeys []string       `yaml:"api_keys"`
-	Log     LogConfig      `yaml:"log"`
-	Lua     LuaConfig      `yaml:"lua"`
-	Runtime RuntimeConfig  `yaml:"runtime"`
+	HTTP    SimulatorHTTPConfig `yaml:"http"`
+	APIKeys []string            `yaml:"api_keys"`
+	Log     LogConfig           `yaml:"log"`
+	Lua     LuaConfig           `yaml:"lua"`
+	Runtime RuntimeConfig       `yaml:"runtime"`
 	// NATS: the url, or the NATS_URL environment variable; neither means
 	// HTTP only, from the feeds and a request's own settings. Under `svc-pf
 	// all` an empty url is the embedded server.
@@ -149,10 +149,19 @@ type SimulatorConfig struct {
 	Region string             `yaml:"region"`
 }
 
+// SimulatorHTTPConfig is the simulator's `http` section: the listener's,
+// and whether it serves Go's profiler.
+type SimulatorHTTPConfig struct {
+	httpapi.Config `yaml:",inline"`
+	// PProf serves /debug/pprof/ on the listener, behind api_keys when
+	// they are set; off by default (simulator.Config.PProf says why).
+	PProf bool `yaml:"pprof"`
+}
+
 // DefaultSimulatorConfig is what runs when the file sets nothing.
 func DefaultSimulatorConfig() SimulatorConfig {
 	return SimulatorConfig{
-		HTTP: httpapi.Config{Address: "127.0.0.1:8081"},
+		HTTP: SimulatorHTTPConfig{Config: httpapi.Config{Address: "127.0.0.1:8081"}},
 		Log:  LogConfig{Level: "info"},
 		Lua:  LuaConfig{Workers: 2, CallTimeout: 5 * time.Second},
 	}
@@ -200,7 +209,7 @@ func StartSimulator(cfg SimulatorConfig, models *readModels, reg *prometheus.Reg
 	svc, err := simulator.New(simulator.Config{
 		Engine: eng, Feeds: models.feeds, Counts: models.Counts,
 		Workers: cfg.Lua.Workers, File: cfg.Lua.File, CallTimeout: cfg.Lua.CallTimeout,
-		APIKeys: cfg.APIKeys, Region: cfg.Region, Version: string(v),
+		APIKeys: cfg.APIKeys, PProf: cfg.HTTP.PProf, Region: cfg.Region, Version: string(v),
 		Logger: log, Registerer: reg,
 	})
 	if err != nil {
@@ -218,10 +227,13 @@ func StartSimulator(cfg SimulatorConfig, models *readModels, reg *prometheus.Reg
 		return nil, err
 	}
 	svc.Mount(router)
+	links := map[string]string{"/api/v1/info": "/api/v1/info", "/api/v1/codemappings": "/api/v1/codemappings",
+		"/api/v1/domain?domain=example.com": "/api/v1/domain?domain=example.com"}
+	if cfg.HTTP.PProf {
+		links["/debug/pprof/"] = "/debug/pprof/"
+	}
 	httpapi.MountStandard(router, httpapi.StandardConfig{
-		Service: "simulator", Version: string(v), Gatherer: reg, Ready: models.Ready, Info: svc.Info,
-		Links: map[string]string{"/api/v1/info": "/api/v1/info", "/api/v1/codemappings": "/api/v1/codemappings",
-			"/api/v1/domain?domain=example.com": "/api/v1/domain?domain=example.com", "/debug/pprof/": "/debug/pprof/"},
+		Service: "simulator", Version: string(v), Gatherer: reg, Ready: models.Ready, Info: svc.Info, Links: links,
 	})
 	s := &Simulator{Service: svc, log: log}
 	if nc != nil {
@@ -230,12 +242,12 @@ func StartSimulator(cfg SimulatorConfig, models *readModels, reg *prometheus.Reg
 			return nil, err
 		}
 	}
-	if s.server, err = httpapi.Listen(cfg.HTTP, router, log); err != nil {
+	if s.server, err = httpapi.Listen(cfg.HTTP.Config, router, log); err != nil {
 		s.close()
 		return nil, err
 	}
 	log.Info("simulator listening", "address", s.server.Addr().String(), "lua_workers", cfg.Lua.Workers,
-		"lua_file", cmp.Or(cfg.Lua.File, "(embedded default)"), "api_keys", len(cfg.APIKeys))
+		"lua_file", cmp.Or(cfg.Lua.File, "(embedded default)"), "api_keys", len(cfg.APIKeys), "pprof", cfg.HTTP.PProf)
 	return s, nil
 }
 

@@ -43,9 +43,13 @@ type Config struct {
 	Workers     int
 	File        string
 	CallTimeout time.Duration
-	// APIKeys are the keys X-API-Key may carry on domain, simulate and
-	// codemappings; empty asks for none.
+	// APIKeys are the keys X-API-Key may carry on domain, simulate,
+	// codemappings and /debug/pprof/; empty asks for none.
 	APIKeys []string
+	// PProf serves Go's profiler under /debug/pprof/ (http.pprof). Off by
+	// default: a profile shows the process's command line, symbols and
+	// heap, and a CPU profile or trace costs CPU while it runs.
+	PProf   bool
 	Region  string
 	Version string
 	// MaxBodyBytes bounds a form-encoded POST body (default 1 MiB: the
@@ -185,7 +189,8 @@ func (s *Service) Info() any {
 	return map[string]any{}
 }
 
-// Mount registers spec 2's endpoints and /debug/pprof/ on r. The caller
+// Mount registers the simulator's endpoints on r, and /debug/pprof/ when
+// Config.PProf is set, behind the API keys as the API is. The caller
 // mounts /, /health and /metrics (httpapi.MountStandard with Info).
 func (s *Service) Mount(r *httpapi.Router) {
 	r.Handle(http.MethodGet, "/api/v1/domain", s.keyed(s.handleDomain))
@@ -193,17 +198,20 @@ func (s *Service) Mount(r *httpapi.Router) {
 	r.Handle(http.MethodPost, "/api/v1/simulate", s.keyed(s.handleSimulate))
 	r.Handle(http.MethodGet, "/api/v1/codemappings", s.keyed(s.handleCodeMappings))
 	r.Handle(http.MethodGet, "/api/v1/info", s.handleInfo)
-	r.Handle(http.MethodGet, "/debug/pprof/{$}", pprof.Index)
-	r.Handle(http.MethodGet, "/debug/pprof/{name}", pprof.Index)
-	r.Handle(http.MethodGet, "/debug/pprof/cmdline", pprof.Cmdline)
-	r.Handle(http.MethodGet, "/debug/pprof/profile", pprof.Profile)
-	r.Handle(http.MethodGet, "/debug/pprof/symbol", pprof.Symbol)
-	r.Handle(http.MethodPost, "/debug/pprof/symbol", pprof.Symbol)
-	r.Handle(http.MethodGet, "/debug/pprof/trace", pprof.Trace)
+	if !s.cfg.PProf {
+		return
+	}
+	r.Handle(http.MethodGet, "/debug/pprof/{$}", s.keyed(pprof.Index))
+	r.Handle(http.MethodGet, "/debug/pprof/{name}", s.keyed(pprof.Index))
+	r.Handle(http.MethodGet, "/debug/pprof/cmdline", s.keyed(pprof.Cmdline))
+	r.Handle(http.MethodGet, "/debug/pprof/profile", s.keyed(pprof.Profile))
+	r.Handle(http.MethodGet, "/debug/pprof/symbol", s.keyed(pprof.Symbol))
+	r.Handle(http.MethodPost, "/debug/pprof/symbol", s.keyed(pprof.Symbol))
+	r.Handle(http.MethodGet, "/debug/pprof/trace", s.keyed(pprof.Trace))
 }
 
-// keyed checks X-API-Key against api_keys (spec 2: 401 when the list is
-// populated and the key is missing or unknown; an empty list asks none).
+// keyed checks X-API-Key against api_keys: 401 when the list is populated
+// and the key is missing or unknown; an empty list asks none.
 func (s *Service) keyed(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if len(s.cfg.APIKeys) > 0 && !s.knownKey(r.Header.Get("X-API-Key")) {
