@@ -19,14 +19,6 @@ import (
 // the repository — the architecture notes or the specs the project was
 // first built against — instead of stating the contract in its own words.
 
-// citationExemptions lists files still allowed to cite outside documents,
-// with the reason. An exemption that is no longer needed fails the test, so
-// the list cannot outlive its reason.
-var citationExemptions = map[string]string{
-	// Issue 21 item 6 rewrites the top-level README on its own branch.
-	"README.md": "rewritten by issue 21 item 6",
-}
-
 func TestDocsStandAlone(t *testing.T) {
 	root := repoRoot(t)
 	docs := markdownFiles(t, root)
@@ -62,15 +54,8 @@ func TestDocsStandAlone(t *testing.T) {
 	}
 	for _, path := range append(docs, yamls...) {
 		rel, _ := filepath.Rel(root, path)
-		found := outsideCitations(readFile(t, path))
-		_, exempt := citationExemptions[filepath.ToSlash(rel)]
-		switch {
-		case exempt && len(found) == 0:
-			t.Errorf("%s no longer cites outside documents: remove its entry from citationExemptions", rel)
-		case !exempt:
-			for _, c := range found {
-				t.Errorf("%s:%d: %q leans on a document outside the repository; state the contract here or link to the doc that does", rel, c.line, c.text)
-			}
+		for _, c := range outsideCitations(readFile(t, path)) {
+			t.Errorf("%s:%d: %q leans on a document outside the repository; state the contract here or link to the doc that does", rel, c.line, c.text)
 		}
 	}
 }
