@@ -55,19 +55,19 @@ type DNSTCPConfig struct {
 	MaxQueriesPerConnection int `yaml:"max_queries_per_connection"`
 }
 
-// ResolverAPIConfig is the `api` section: spec 3's X-API-Key.
+// ResolverAPIConfig is the `api` section: the statistics API's X-API-Key.
 type ResolverAPIConfig struct {
 	Key string `yaml:"key"`
 }
 
 // ResolverConfig is `svc-pf resolver`'s file (/etc/svc-pf/resolver.yaml)
-// and the `resolver` section of `svc-pf all` (DESIGN.md §6.5).
+// and the `resolver` section of `svc-pf all` (docs/resolver.md, Configuration).
 type ResolverConfig struct {
 	DNS DNSConfig `yaml:"dns"`
 	// Forwarders (ip:port) answer what the policy allows; empty: the
 	// nameservers of /etc/resolv.conf.
 	Forwarders []string `yaml:"forwarders"`
-	// HTTP serves spec 3's API and /metrics (under `svc-pf all`: the node
+	// HTTP serves the PowerDNS-compatible statistics API and /metrics (under `svc-pf all`: the node
 	// listener's address instead).
 	HTTP httpapi.Config    `yaml:"http"`
 	API  ResolverAPIConfig `yaml:"api"`
@@ -76,7 +76,7 @@ type ResolverConfig struct {
 	AllowFrom []string   `yaml:"allow_from"`
 	Log       LogConfig  `yaml:"log"`
 	NATS      NATSConfig `yaml:"nats"`
-	// Node keys (DESIGN.md §6.2); at the top level under `svc-pf all`.
+	// Node keys (docs/feed-client.md, docs/policy.md); at the top level under `svc-pf all`.
 	Feeds  []feeds.FeedConfig `yaml:"feeds"`
 	RPZ    []rpz.ZoneConfig   `yaml:"rpz"`
 	Region string             `yaml:"region"`
@@ -180,7 +180,7 @@ type Resolver struct {
 }
 
 // StartResolver binds the DNS listeners over a node's read models and
-// builds spec 3's API, to be mounted on a router.
+// builds the PowerDNS-compatible statistics API, to be mounted on a router.
 func StartResolver(cfg ResolverConfig, models *readModels, v Version, reg prometheus.Registerer, log *slog.Logger) (*Resolver, error) {
 	s, err := cfg.parse()
 	if err != nil {
@@ -210,7 +210,7 @@ func StartResolver(cfg ResolverConfig, models *readModels, v Version, reg promet
 	return &Resolver{DNS: r, API: a}, nil
 }
 
-// RunResolver runs `svc-pf resolver`: DNS, spec 3's API and /metrics on
+// RunResolver runs `svc-pf resolver`: DNS, the PowerDNS-compatible statistics API and /metrics on
 // http.address, the read models (sessions and settings over NATS when
 // nats.url or NATS_URL is set).
 func RunResolver(ctx context.Context, cfg ResolverConfig, v Version, log *slog.Logger) error {

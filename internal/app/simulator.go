@@ -26,7 +26,7 @@ import (
 	"github.com/svc-pf/svc-pf/internal/simulator"
 )
 
-// LuaConfig is the simulator's `lua` section (spec 2).
+// LuaConfig is the simulator's `lua` section (docs/simulator.md).
 type LuaConfig struct {
 	// Workers is how many Lua states serve calls (lua.workers).
 	Workers int `yaml:"workers"`
@@ -142,7 +142,7 @@ type SimulatorConfig struct {
 	// HTTP only, from the feeds and a request's own settings. Under `svc-pf
 	// all` an empty url is the embedded server.
 	NATS NATSConfig `yaml:"nats"`
-	// The node keys (DESIGN.md §6.2). Under `svc-pf all` they stand at the
+	// The node keys (feeds, rpz, region). Under `svc-pf all` they stand at the
 	// top level, shared with the resolver, and must not be set here.
 	Feeds  []feeds.FeedConfig `yaml:"feeds"`
 	RPZ    []rpz.ZoneConfig   `yaml:"rpz"`
@@ -272,7 +272,7 @@ func (s *Simulator) close() {
 
 // RunSimulator runs `svc-pf simulator`. With testAndExit it sends one
 // lookup_domain for a fixed sample domain through a worker and returns
-// its error (spec 2's --test-and-exit) instead of serving.
+// its error (the simulator's --test-and-exit) instead of serving.
 func RunSimulator(ctx context.Context, cfg SimulatorConfig, v Version, log *slog.Logger, testAndExit bool) error {
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -335,7 +335,7 @@ func (n *simulatorNode) Run(ctx context.Context) error {
 
 // connectNode connects a standalone node service to NATS when nats.url or
 // NATS_URL names a server (nil, nil when neither does), logging the line
-// spec 2 names: "NATS enabled".
+// the simulator API names: "NATS enabled".
 func connectNode(c NATSConfig, name string, log *slog.Logger) (*nats.Conn, error) {
 	url := c.URL
 	if url == "" {

@@ -9,7 +9,7 @@ import (
 	"github.com/svc-pf/svc-pf/internal/feed"
 )
 
-// Verdict is what the decision does with the query (DESIGN.md §6.3).
+// Verdict is what the decision does with the query (docs/policy.md).
 type Verdict string
 
 // Verdicts.
@@ -19,7 +19,7 @@ const (
 	VerdictRedirect Verdict = "redirect"
 )
 
-// Action is how the answer is built (DESIGN.md §6.3).
+// Action is how the answer is built (docs/policy.md).
 type Action string
 
 // Actions. ActionTruncate (TCP only) is RPZ's.
@@ -50,7 +50,7 @@ const (
 	ReasonDefault      Reason = "default"
 )
 
-// Steps lists the steps of the evaluation order (DESIGN.md §6.3).
+// Steps lists the steps of the evaluation order (docs/policy.md).
 func Steps() []Reason {
 	return []Reason{ReasonFilteringOff, ReasonAllowlist, ReasonRPZ, ReasonBlocklist, ReasonPaused,
 		ReasonSafeSearch, ReasonCategory, ReasonNetwork, ReasonDefault}
@@ -100,8 +100,8 @@ type Categories interface {
 	Lookup(name, path string, dst []feed.Category) []feed.Category
 }
 
-// RPZ is the operator's response-policy zones (node config rpz, DESIGN.md
-// §6.3 step 3; internal/rpz). Check reports whether a trigger matches; when
+// RPZ is the operator's response-policy zones (node config rpz, step 3 of the
+// evaluation order; internal/rpz). Check reports whether a trigger matches; when
 // it does it sets d's Verdict, Action, Target, A, AAAA, TXT and its rule
 // (Decision.SetRule). A nil RPZ is traced "not configured".
 type RPZ interface {
@@ -250,7 +250,7 @@ func (d *Decision) trace(step Reason, result string) {
 // TraceCap is the capacity a reused Decision.Trace needs: one entry per step.
 const TraceCap = 9
 
-// Decide evaluates in against p (DESIGN.md §6.3) and returns a new
+// Decide evaluates in against p (docs/policy.md) and returns a new
 // Decision. The DNS path uses DecideInto with a reused Decision instead.
 func Decide(in Input, p *Policy, cats Categories) Decision {
 	d := Decision{Trace: make([]TraceEntry, 0, TraceCap)}

@@ -15,9 +15,9 @@ import (
 // day 2020 value: no fragmentation on common paths).
 const ourUDPSize = 1232
 
-// blockedReply applies a decision that is not an allow (DESIGN.md §6.3's
-// actions); nil means drop. A block carries the Extended DNS Error of §6.5
-// when the client speaks EDNS.
+// blockedReply applies a decision that is not an allow (docs/policy.md's
+// actions); nil means drop. A block carries an Extended DNS Error (15 Blocked
+// for operator policy, 17 Filtered for the subscriber's own settings) when the client speaks EDNS.
 func (r *Resolver) blockedReply(ctx context.Context, req *dns.Msg, q *query, d *policy.Decision, p *policy.Policy) *dns.Msg {
 	qs := req.Question[0]
 	ttl := uint32(r.cfg.BlockTTL.Seconds())

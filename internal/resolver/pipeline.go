@@ -36,7 +36,7 @@ import (
 //  4. packet cache (question, DO, CD, EDNS, the policy's CacheKey): a hit
 //     is answered from wire bytes, id and case patched.
 //  5. debug: with dns.debug, a CHAOS TXT query answers the trace.
-//  6. decide (policy.DecideInto) on the name: steps 1–7 of DESIGN.md §6.3
+//  6. decide (policy.DecideInto) on the name: steps 1–7 of docs/policy.md's evaluation order
 //     need no answer; a block, a redirect or an RPZ action is answered
 //     here, without asking upstream.
 //  7. record cache, else the forwarders: the answer for the name, shared
@@ -49,8 +49,8 @@ import (
 //     answer through), the names of its CNAME chain are decided as query
 //     names (policy.Input.Chain: CNAME cloaking cannot hide a blocked
 //     name behind an allowed one), then, when the policy has
-//     blocked_networks, each A/AAAA as the answer address (step 8 of
-//     §6.3). A chain name or an address that blocks gets the block of a
+//     blocked_networks, each A/AAAA as the answer address (step 8 of the
+//     evaluation order). A chain name or an address that blocks gets the block of a
 //     direct query, for the name asked. The record cache holds the answer
 //     for every class, so this runs on its hits too, and the packet cache
 //     keeps the outcome under the policy's key.

@@ -76,7 +76,7 @@ func checkBlock(t *testing.T, e *testEnv, netw string, tc blockCase, edns bool) 
 	}
 }
 
-// TestBlockedAnswers: each action answers as DESIGN.md §6.3 says, over UDP
+// TestBlockedAnswers: each action answers as docs/policy.md says, over UDP
 // and TCP, with EDNS (the EDE: 17 when the subscriber's settings decided,
 // 15 for the operator's global layer) and without (no OPT at all).
 func TestBlockedAnswers(t *testing.T) {

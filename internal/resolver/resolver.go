@@ -9,7 +9,7 @@
 // cache key) → on a miss the pipeline (pipeline.go: the order of a
 // query's steps and why) → upstream → cache.Record → the verdict applied
 // → the client, and the Observer. It counts into resolver/stats, which
-// resolver/api (spec 3) and /metrics read. miekg/dns types stay inside
+// resolver/api (the PowerDNS-compatible statistics API) and /metrics read. miekg/dns types stay inside
 // this package and its subpackages.
 package resolver
 
@@ -255,7 +255,7 @@ func New(cfg Config) (*Resolver, error) {
 	return r, nil
 }
 
-// Stats are the resolver's statistics (spec 3).
+// Stats are the resolver's statistics (PowerDNS Recursor's names).
 func (r *Resolver) Stats() *stats.Counters { return r.stats }
 
 // UDPAddrs and TCPAddrs are the bound addresses, in dns.listen order (a

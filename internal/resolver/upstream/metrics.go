@@ -7,7 +7,7 @@ import (
 
 // Metrics receives what the client counts about its outgoing queries. The
 // names in the comments are the PowerDNS Recursor 4.8 statistics each call
-// feeds, so that spec 3's statistics API can report them under those names.
+// feeds, so that the PowerDNS-compatible statistics API can report them under those names.
 // Every method is called on the query path: implementations must be cheap
 // and safe for concurrent use.
 type Metrics interface {
@@ -107,7 +107,7 @@ func AnswerBucket(rtt time.Duration) string {
 	return answerBucketSuffix(answerBucketIndex(rtt))
 }
 
-// Counters is a Metrics that keeps every count in memory, for spec 3's
+// Counters is a Metrics that keeps every count in memory, for the PowerDNS-compatible statistics API's
 // statistics API (Snapshot names them as PowerDNS does) and for tests. The
 // zero value is ready to use.
 type Counters struct {
