@@ -32,6 +32,26 @@ const (
 // does not run it, since it is the command that runs TestReadme.
 const readmeTestCommand = "go test ./...\n"
 
+// readmeRunCommand is the README's block that runs the platform in the
+// foreground until Ctrl-C. TestReadme runs it as written, in the
+// background in a process group of its own (go run and the platform it
+// starts), waits until the orgmanager and the node are healthy, then sends
+// the group SIGINT, as Ctrl-C in a terminal does, and waits for it to end.
+const readmeRunCommand = "go run ./cmd/svc-pf all\n"
+
+// readmeRunWrapped is how the script runs readmeRunCommand (%s).
+const readmeRunWrapped = `setsid bash -c 'exec %s' 2> "$(mktemp)" &
+readme_run=$!
+for i in $(seq 120); do
+  curl -sf localhost:8080/health > /dev/null && curl -sf localhost:8082/health > /dev/null && break
+  sleep 1
+done
+curl -sf localhost:8080/health && echo && curl -sf localhost:8082/health && echo
+kill -INT -- -$readme_run
+for i in $(seq 300); do kill -0 -- -$readme_run 2> /dev/null || break; sleep 0.1; done
+! kill -0 -- -$readme_run 2> /dev/null
+`
+
 // upstreamA is what the stand-in forwarder answers to every A query.
 const upstreamA = "192.0.2.1"
 
@@ -109,17 +129,22 @@ func readmeInside(t *testing.T, repo string) {
 	blocks := shBlocks(string(readme))
 	var script strings.Builder
 	script.WriteString("set -eo pipefail\n")
-	skipped := 0
+	skipped, ran := 0, 0
 	for i, b := range blocks {
-		if b == readmeTestCommand {
+		switch b {
+		case readmeTestCommand:
 			skipped++
 			continue
+		case readmeRunCommand:
+			ran++
+			b = fmt.Sprintf(readmeRunWrapped, strings.TrimSpace(b))
 		}
 		fmt.Fprintf(&script, "echo '@@ block %d @@'\n%s", i+1, b)
 	}
 	script.WriteString("echo '@@ done @@'\n")
-	if skipped != 1 || len(blocks) < 5 {
-		t.Fatalf("README.md has %d sh blocks, %d of them %q: not the README this test knows", len(blocks), skipped, readmeTestCommand)
+	if skipped != 1 || ran != 1 || len(blocks) < 5 {
+		t.Fatalf("README.md has %d sh blocks, %d of them %q and %d %q: not the README this test knows",
+			len(blocks), skipped, readmeTestCommand, ran, readmeRunCommand)
 	}
 	outPath := filepath.Join(t.TempDir(), "out")
 	outFile, err := os.Create(outPath)
@@ -167,6 +192,7 @@ func readmeInside(t *testing.T, repo string) {
 func checkReadmeOutput(t *testing.T, out, log string) {
 	t.Helper()
 	for _, want := range []string{
+		`"service":"orgmanager"`, // the two commands' platform
 		"svc-pf ",                // --version
 		"imported 12, skipped 9", // feed build
 		"www.blackhattoolz.com: match blackhattoolz.com", // feed lookup
