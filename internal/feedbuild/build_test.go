@@ -147,6 +147,16 @@ func loadFeed(url string) (*feeds.Loaded, Content, error) {
 	return l, indexContent(l.Index()), nil
 }
 
+// titleOf is the title the loaded feed gives code, or "".
+func titleOf(l *feeds.Loaded, code uint16) string {
+	for _, c := range l.Set.Codes() {
+		if c.Code == code {
+			return c.Title
+		}
+	}
+	return ""
+}
+
 // applyFiles is an independent reference for what a node does with the
 // files of plan: each read from dir, checked against its manifest entry
 // and applied to c in order (a snapshot replaces c).

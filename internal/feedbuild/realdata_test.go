@@ -114,8 +114,8 @@ func TestRealLists(t *testing.T) {
 			t.Errorf("Lookup(%s%s) = %q %v, want %q %v", c.name, c.path, key, codes, c.key, c.codes)
 		}
 	}
-	if f.Title(4) != "malware" {
-		t.Errorf("title of 4: %q", f.Title(4))
+	if titleOf(f, 4) != "malware" {
+		t.Errorf("title of 4: %q", titleOf(f, 4))
 	}
 
 	// The same lists again: no new version. Without badware: a delta that

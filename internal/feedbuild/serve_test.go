@@ -120,8 +120,8 @@ func TestServe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !maps.EqualFunc(got, want, slices.Equal) || f.Title(1) != "advertising" {
-		t.Fatalf("over HTTP: %v, title %q", got, f.Title(1))
+	if !maps.EqualFunc(got, want, slices.Equal) || titleOf(f, 1) != "advertising" {
+		t.Fatalf("over HTTP: %v, title %q", got, titleOf(f, 1))
 	}
 	if _, _, err := loadFeed(ts.URL + "/nofeed/"); err == nil {
 		t.Fatal("a missing feed loaded")

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/netip"
 	"reflect"
 	"strings"
 	"sync"
@@ -263,29 +262,6 @@ func documentJSON(e *settings.Effective) json.RawMessage {
 		return json.RawMessage("{}") // a document always marshals
 	}
 	return json.RawMessage(bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
-}
-
-func addrString(a netip.Addr) any {
-	if !a.IsValid() {
-		return nil
-	}
-	return a.String()
-}
-
-func addrsAny(as []netip.Addr) []any {
-	out := make([]any, 0, len(as))
-	for _, a := range as {
-		out = append(out, a.String())
-	}
-	return out
-}
-
-func stringsAny(ss []string) []any {
-	out := make([]any, 0, len(ss))
-	for _, s := range ss {
-		out = append(out, s)
-	}
-	return out
 }
 
 func orEmpty(v []any) []any {

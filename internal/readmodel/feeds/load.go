@@ -37,9 +37,6 @@ type Loaded struct {
 // Index is the feed's index.
 func (l *Loaded) Index() *Index { return l.Set.feeds[0].index }
 
-// Title is the title feed-codes.json gives code, or "".
-func (l *Loaded) Title(code uint16) string { return l.Set.feeds[0].codes.titles[code] }
-
 // Load reads a feed directory the way a node's Client first loads it —
 // feed.json, feed-codes.json, the snapshot and every delta after it, each
 // checked against the manifest's SHA-256 and entry count — and then checks

@@ -20,7 +20,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/svc-pf/svc-pf/internal/identity"
 	"github.com/svc-pf/svc-pf/internal/readmodel"
 	"github.com/svc-pf/svc-pf/internal/settings"
 )
@@ -79,26 +78,6 @@ func (m *Model) Lag() time.Duration { return m.follower.Lag() }
 // Snapshot returns the current snapshot. It never blocks; hold on to it to
 // answer several questions from one consistent view.
 func (m *Model) Snapshot() *Snapshot { return m.snap.Load() }
-
-// Global returns the global document of the current snapshot, nil when
-// there is none.
-func (m *Model) Global() *settings.Document { return m.Snapshot().Global() }
-
-// Version returns org's settings version in the current snapshot
-// (Snapshot.Version).
-func (m *Model) Version(org string) uint64 { return m.Snapshot().Version(org) }
-
-// Layers returns the layers of a subscriber in the current snapshot
-// (Snapshot.Layers).
-func (m *Model) Layers(org string, a identity.Attributes, profile int, hasProfile bool) []settings.Layer {
-	return m.Snapshot().Layers(org, a, profile, hasProfile)
-}
-
-// AppendLayers appends the layers of a subscriber in the current snapshot
-// to dst (Snapshot.AppendLayers).
-func (m *Model) AppendLayers(dst []settings.Layer, org string, a identity.Attributes, profile int, hasProfile bool) []settings.Layer {
-	return m.Snapshot().AppendLayers(dst, org, a, profile, hasProfile)
-}
 
 // entry is one decoded value of the bucket: a document and where it goes.
 type entry struct {
