@@ -199,8 +199,7 @@ func verboseLog(r *Request, res *policy.Result) []any {
 		add("%s: %s", st.Step, st.Result)
 	}
 	if res.Effective != nil {
-		names := [...]string{"filtering", "blocked_categories", "allowlist", "blocklist", "blocked_networks",
-			"safe_search", "paused", "action", "schedules"}
+		names := settings.PolicyFields()
 		fields := make([]string, 0, len(names))
 		for _, f := range names {
 			fields = append(fields, f+" from "+res.Effective.OriginOf(f))
