@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"hash/maphash"
 	"sync/atomic"
-	"time"
 
 	"github.com/svc-pf/svc-pf/internal/readmodel"
 	"github.com/svc-pf/svc-pf/internal/settings"
@@ -71,9 +70,6 @@ func (m *Model) Ready() bool { return m.follower.Ready() }
 
 // WaitReady blocks until the initial snapshot is loaded or ctx is done.
 func (m *Model) WaitReady(ctx context.Context) error { return m.follower.WaitReady(ctx) }
-
-// Lag is how stale the current snapshot may be (readmodel.Follower.Lag).
-func (m *Model) Lag() time.Duration { return m.follower.Lag() }
 
 // Snapshot returns the current snapshot. It never blocks; hold on to it to
 // answer several questions from one consistent view.
