@@ -47,6 +47,10 @@ func (l *Loaded) Index() *Index { return l.Set.feeds[0].index }
 // previous version through it. A missing feed.json is an error wrapping
 // fs.ErrNotExist.
 func Load(ctx context.Context, cfg LoadConfig) (*Loaded, error) {
+	// The URL's error without New's "feeds[0]" prefix: there is no list.
+	if _, err := newSource(cfg.URL, nil); err != nil {
+		return nil, err
+	}
 	c, err := New(Config{
 		Feeds:        []FeedConfig{{Name: "load", URL: cfg.URL}},
 		HTTPClient:   cfg.HTTPClient,
