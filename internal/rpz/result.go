@@ -16,7 +16,6 @@ const (
 	ResultNoData
 	ResultTruncate
 	ResultCustom // local data: A/AAAA/TXT or a CNAME
-	NumResults   // the number of results, for arrays of counters
 )
 
 // ResultOf returns the Result of a finished decision; the resolver counts
