@@ -1,12 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -14,6 +14,7 @@ import (
 	"github.com/svc-pf/svc-pf/internal/app"
 	"github.com/svc-pf/svc-pf/internal/feed"
 	"github.com/svc-pf/svc-pf/internal/feedbuild"
+	"github.com/svc-pf/svc-pf/internal/readmodel/feeds"
 )
 
 const feedUsage = `Usage:
@@ -203,7 +204,7 @@ func feedLookup(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs := flag.NewFlagSet("svc-pf feed lookup", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	dir := fs.String("dir", "", "the feed directory")
-	url := fs.String("url", "", "the feed's URL, http(s)://host/path/")
+	url := fs.String("url", "", "the feed's URL as a node's feeds: url takes it: http(s)://host/path/ or file:///path")
 	positional, err := parseInterleaved(fs, args)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -224,20 +225,26 @@ func feedLookup(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stderr, "svc-pf feed lookup: %v\n", err)
 		return 2
 	}
-	f, err := feedbuild.Load(ctx, feedbuild.LoadConfig{Dir: *dir, URL: *url, Client: &http.Client{Timeout: time.Minute}})
+	if (*dir == "") == (*url == "") {
+		fmt.Fprintln(stderr, "svc-pf feed lookup: give the feed as a directory or as a URL, one of them")
+		return 1
+	}
+	// The node's own reader and lookup (readmodel/feeds), so that this
+	// answer is the one a node's decision would find.
+	l, err := feeds.Load(ctx, feeds.LoadConfig{URL: cmp.Or(*url, *dir), FetchTimeout: time.Minute})
 	if err != nil {
 		fmt.Fprintf(stderr, "svc-pf feed lookup: %v\n", err)
 		return 1
 	}
-	m := f.Manifest
-	key, codes, ok := f.Content.Lookup(name, path)
-	if !ok {
-		fmt.Fprintf(stdout, "%s%s: no entry (feed %s, version %d, %d keys)\n", name, path, m.Name, m.Latest(), len(f.Content))
+	m := l.Manifest
+	cats := l.Set.Lookup(name, path, nil)
+	if len(cats) == 0 {
+		fmt.Fprintf(stdout, "%s%s: no entry (feed %s, version %d, %d keys)\n", name, path, m.Name, m.Latest(), l.Index().Len())
 		return 0
 	}
-	fmt.Fprintf(stdout, "%s%s: match %s (feed %s, version %d)\n", name, path, key, m.Name, m.Latest())
-	for _, c := range codes {
-		fmt.Fprintf(stdout, "  %d\t%s\n", c, f.Title(c))
+	fmt.Fprintf(stdout, "%s%s: match %s%s (feed %s, version %d)\n", name, path, cats[0].Name, cats[0].Path, m.Name, m.Latest())
+	for _, c := range cats {
+		fmt.Fprintf(stdout, "  %d\t%s\n", c.Code, c.Title)
 	}
 	return 0
 }

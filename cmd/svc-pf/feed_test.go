@@ -52,6 +52,9 @@ func TestFeedCommandLine(t *testing.T) {
 		{[]string{"feed", "lookup", "--dir", dir, "example.org/dl/x.exe"}, 0, []string{"example.org/dl/x.exe: match example.org/dl/ (feed ads, version 3)"}},
 		{[]string{"feed", "lookup", "--dir", dir, "example.org/"}, 0, []string{"example.org/: no entry (feed ads, version 3, 2 keys)"}},
 		{[]string{"feed", "lookup", "--dir", dir, "EXAMPLE.net."}, 0, []string{"example.net: no entry"}},
+		// --url takes what a node's feeds: url takes: the node's reader and lookup answer.
+		{[]string{"feed", "lookup", "--url", "file://" + dir, "www.ads.example.com"}, 0, []string{"www.ads.example.com: match ads.example.com (feed ads, version 3)\n  1\tadvertising\n"}},
+		{[]string{"feed", "lookup", "--url", "ftp://x/", "a.example"}, 1, []string{`svc-pf feed lookup: "ftp://x/": scheme "ftp" is not supported`}},
 		{[]string{"feed", "lookup", "--dir", dir, "1.2.3.4"}, 2, []string{"not a domain name"}},
 		{[]string{"feed", "lookup", "--dir", dir}, 2, []string{"want one NAME[/PATH]"}},
 		{[]string{"feed", "lookup", "x.example"}, 1, []string{"a directory or as a URL"}},

@@ -14,7 +14,11 @@ import (
 	"time"
 
 	"github.com/svc-pf/svc-pf/internal/feed"
+	"github.com/svc-pf/svc-pf/internal/readmodel/feeds"
 )
+
+// maxPreviousFile bounds one file of the previous version that Build reads.
+const maxPreviousFile = 1 << 30
 
 // Files of a feed directory that only `feed build` reads. Their names start
 // with a dot, and `feed serve` serves none of them.
@@ -105,10 +109,13 @@ func Build(ctx context.Context, cfg BuildConfig) (*BuildResult, error) {
 
 	// Only a missing feed.json makes a first build: a manifest whose files
 	// are missing is a damaged feed, which a new version 1 would hide.
-	var prev *Feed
+	var prev *feeds.Loaded
 	_, err = os.Stat(filepath.Join(cfg.Dir, feed.ManifestFile))
 	if err == nil {
-		prev, err = Load(ctx, LoadConfig{Dir: cfg.Dir})
+		// Read back as a node reads it (feeds.Load, the one reader of
+		// feed directories), with a node's limits but for the file size:
+		// a build may rewrite a feed of up to maxPreviousFile bytes a file.
+		prev, err = feeds.Load(ctx, feeds.LoadConfig{URL: cfg.Dir, Limits: feeds.Limits{FileBytes: maxPreviousFile}})
 	} else if errors.Is(err, fs.ErrNotExist) {
 		err = nil
 	}
@@ -127,7 +134,7 @@ func Build(ctx context.Context, cfg BuildConfig) (*BuildResult, error) {
 
 	var old Content
 	if prev != nil {
-		old = prev.Content
+		old = indexContent(prev.Index())
 	}
 	lines, added, changed, removed := content.diff(old)
 	res.Added, res.Changed, res.Removed = added, changed, removed
@@ -157,7 +164,7 @@ func Build(ctx context.Context, cfg BuildConfig) (*BuildResult, error) {
 	}
 	// The lineage: the new content's checksum on both files of version n,
 	// and on the delta the checksum of the content it applies to — the
-	// previous version as Load read it back, so a directory written before
+	// previous version as feeds.Load read it back, so a directory written before
 	// the fields existed gets them from its next build on.
 	contentSum := feed.ContentSHA256(snapLines)
 	delta := feed.Version{Version: n, Type: feed.TypeDelta, File: feed.FileName(feed.TypeDelta, n),

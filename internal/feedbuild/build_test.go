@@ -2,9 +2,12 @@ package feedbuild
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"maps"
 	"os"
 	"path/filepath"
@@ -16,6 +19,7 @@ import (
 	"time"
 
 	"github.com/svc-pf/svc-pf/internal/feed"
+	"github.com/svc-pf/svc-pf/internal/readmodel/feeds"
 )
 
 // writeList writes a source file and returns its path.
@@ -113,25 +117,98 @@ func checkDir(t *testing.T, dir string, want Content, history map[int64]Content)
 			t.Fatalf("delta %d: base_sha256 %q is not version %d's content", v.Version, v.BaseSHA256, v.Version-1)
 		}
 	}
-	f, err := Load(context.Background(), LoadConfig{Dir: dir})
+	_, got, err := loadFeed(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !maps.EqualFunc(f.Content, want, slices.Equal) {
-		t.Fatalf("replaying version %d gives %d keys, want %d", m.Latest(), len(f.Content), len(want))
+	if !maps.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("replaying version %d gives %d keys, want %d", m.Latest(), len(got), len(want))
 	}
-	get, _ := newGetter(LoadConfig{Dir: dir})
 	for v, c := range history {
-		client := &Feed{Content: maps.Clone(c)}
+		client := maps.Clone(c)
 		plan := planFrom(m, heldAt(history, v))
-		if err := client.apply(context.Background(), get, plan); err != nil {
+		if err := applyFiles(dir, client, plan); err != nil {
 			t.Fatalf("client at %d: %v", v, err)
 		}
-		if !maps.EqualFunc(client.Content, want, slices.Equal) {
-			t.Fatalf("client at %d after %d files: %d keys, want %d", v, len(plan), len(client.Content), len(want))
+		if !maps.EqualFunc(client, want, slices.Equal) {
+			t.Fatalf("client at %d after %d files: %d keys, want %d", v, len(plan), len(client), len(want))
 		}
 	}
 	return m
+}
+
+// loadFeed reads the feed at url (a directory or an http URL) as a node
+// does, and returns it with its content as a map.
+func loadFeed(url string) (*feeds.Loaded, Content, error) {
+	l, err := feeds.Load(context.Background(), feeds.LoadConfig{URL: url})
+	if err != nil {
+		return nil, nil, err
+	}
+	return l, indexContent(l.Index()), nil
+}
+
+// titleOf is the title the loaded feed gives code, or "".
+func titleOf(l *feeds.Loaded, code uint16) string {
+	for _, c := range l.Set.Codes() {
+		if c.Code == code {
+			return c.Title
+		}
+	}
+	return ""
+}
+
+// applyFiles is an independent reference for what a node does with the
+// files of plan: each read from dir, checked against its manifest entry
+// and applied to c in order (a snapshot replaces c).
+func applyFiles(dir string, c Content, plan []feed.Version) error {
+	for _, v := range plan {
+		data, err := os.ReadFile(filepath.Join(dir, v.File))
+		if err != nil {
+			return err
+		}
+		if v.Type == feed.TypeSnapshot {
+			clear(c)
+		}
+		err = decodeFile(data, v, func(l feed.Line) {
+			if l.Remove {
+				delete(c, l.Key())
+				return
+			}
+			c[l.Key()] = l.Codes
+		})
+		if err != nil {
+			return fmt.Errorf("version %d: %w", v.Version, err)
+		}
+	}
+	return nil
+}
+
+// decodeFile checks data against the manifest's version (SHA-256 of the
+// file as stored, the gzip bytes) and calls fn for each line.
+func decodeFile(data []byte, v feed.Version, fn func(feed.Line)) error {
+	if got := sha256Hex(data); got != v.SHA256 {
+		return fmt.Errorf("%s: SHA-256 %s, but the manifest says %s: the file is damaged or was replaced", v.File, got, v.SHA256)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(data))
+	if err != nil {
+		return fmt.Errorf("%s: %w", v.File, err)
+	}
+	n := 0
+	err = feed.ReadLines(zr, v.Type == feed.TypeDelta, func(l feed.Line) error {
+		n++
+		fn(l)
+		return nil
+	})
+	if err == nil {
+		_, err = io.Copy(io.Discard, zr) // reach the gzip trailer: its CRC check
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", v.File, err)
+	}
+	if n != v.Entries {
+		return fmt.Errorf("%s: %d lines, but the manifest says %d entries", v.File, n, v.Entries)
+	}
+	return nil
 }
 
 // planFrom is what a client holding held downloads to reach the latest
@@ -463,39 +540,8 @@ func TestBuildRefuses(t *testing.T) {
 	if _, err := Build(context.Background(), BuildConfig{Dir: dir, Name: "t", Sources: src}); err == nil || !strings.Contains(err.Error(), "SHA-256") {
 		t.Fatalf("damaged snapshot: %v", err)
 	}
-	if _, err := Load(context.Background(), LoadConfig{Dir: dir}); err == nil {
+	if _, _, err := loadFeed(dir); err == nil {
 		t.Fatal("a damaged feed loaded")
-	}
-}
-
-func TestLookup(t *testing.T) {
-	c := Content{
-		"example.com":              {1},
-		"ads.example.com/banner":   {2},
-		"ads.example.com/banner/x": {3},
-		"paths.example.org/a":      {4},
-		"example.org":              {5},
-	}
-	for _, tc := range []struct {
-		name, path, key string
-		codes           []uint16
-	}{
-		{"example.com", "", "example.com", []uint16{1}},
-		{"www.example.com", "/", "example.com", []uint16{1}},
-		{"ads.example.com", "/banner/x/y", "ads.example.com/banner/x", []uint16{3}},
-		{"ads.example.com", "/banner/", "ads.example.com/banner", []uint16{2}},
-		{"ads.example.com", "/bannerx", "ads.example.com/banner", []uint16{2}}, // a byte prefix
-		{"ads.example.com", "/other", "example.com", []uint16{1}},              // no path entry applies: the parent
-		{"ads.example.com", "", "example.com", []uint16{1}},
-		{"paths.example.org", "/b", "example.org", []uint16{5}},
-		{"x.paths.example.org", "/a", "paths.example.org/a", []uint16{4}}, // a parent's path entries apply too
-		{"x.paths.example.org", "/b", "example.org", []uint16{5}},
-		{"example.net", "", "", nil},
-	} {
-		key, codes, ok := c.Lookup(tc.name, tc.path)
-		if key != tc.key || !slices.Equal(codes, tc.codes) || ok != (tc.key != "") {
-			t.Errorf("Lookup(%q, %q) = %q %v %v, want %q %v", tc.name, tc.path, key, codes, ok, tc.key, tc.codes)
-		}
 	}
 }
 
@@ -531,7 +577,7 @@ func TestLineageFromAnOlderManifest(t *testing.T) {
 
 	m.Versions[1].ContentSHA256 = strings.Repeat("0", 64)
 	writeManifestFile(t, dir, m)
-	if _, err := Load(context.Background(), LoadConfig{Dir: dir}); err == nil || !strings.Contains(err.Error(), "content_sha256") {
+	if _, _, err := loadFeed(dir); err == nil || !strings.Contains(err.Error(), "content_sha256") {
 		t.Fatalf("Load of a manifest with a wrong content_sha256: %v", err)
 	}
 }

@@ -6,11 +6,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 
 	"github.com/svc-pf/svc-pf/internal/feed"
+	"github.com/svc-pf/svc-pf/internal/readmodel/feeds"
 )
 
 // Content is one version of a feed in full: key (name[/path]) → codes
@@ -31,38 +31,13 @@ func (c Content) Add(key string, codes []uint16) {
 	}
 }
 
-// apply applies one file line.
-func (c Content) apply(l feed.Line) {
-	if l.Remove {
-		delete(c, l.Key())
-		return
+// indexContent is the keys of ix and their codes.
+func indexContent(ix *feeds.Index) Content {
+	c := make(Content, ix.Len())
+	for m := range ix.All() {
+		c[m.Key()] = m.Codes
 	}
-	c[l.Key()] = l.Codes
-}
-
-// Lookup finds the entry for name[/path] by the feeds' lookup rule: the
-// entry of name, else of each parent in turn; among a name's entries the
-// path entry whose path is the longest prefix of path, else the name's own.
-// name must be in the feed's form (normalize it with NormalizeName).
-func (c Content) Lookup(name, path string) (key string, codes []uint16, ok bool) {
-	for {
-		// Longest path prefix first: every prefix of path that starts with
-		// '/', from the whole path down to "/".
-		for i := len(path); i >= 1; i-- {
-			k := name + path[:i]
-			if codes, ok := c[k]; ok {
-				return k, codes, true
-			}
-		}
-		if codes, ok := c[name]; ok {
-			return name, codes, true
-		}
-		dot := strings.IndexByte(name, '.')
-		if dot < 0 {
-			return "", nil, false
-		}
-		name = name[dot+1:]
-	}
+	return c
 }
 
 // NormalizeName turns a name as an operator types it (Unicode or not,
@@ -151,34 +126,6 @@ func encodeLines(lines []feed.Line) ([]byte, error) {
 		return nil, err
 	}
 	return buf.Bytes(), nil
-}
-
-// decodeFile checks data against the manifest's version (SHA-256 of the
-// file as stored, the gzip bytes) and calls fn for each line.
-func decodeFile(data []byte, v feed.Version, fn func(feed.Line)) error {
-	if got := sha256Hex(data); got != v.SHA256 {
-		return fmt.Errorf("%s: SHA-256 %s, but the manifest says %s: the file is damaged or was replaced", v.File, got, v.SHA256)
-	}
-	zr, err := gzip.NewReader(bytes.NewReader(data))
-	if err != nil {
-		return fmt.Errorf("%s: %w", v.File, err)
-	}
-	n := 0
-	err = feed.ReadLines(zr, v.Type == feed.TypeDelta, func(l feed.Line) error {
-		n++
-		fn(l)
-		return nil
-	})
-	if err == nil {
-		_, err = io.Copy(io.Discard, zr) // reach the gzip trailer: its CRC check
-	}
-	if err != nil {
-		return fmt.Errorf("%s: %w", v.File, err)
-	}
-	if n != v.Entries {
-		return fmt.Errorf("%s: %d lines, but the manifest says %d entries", v.File, n, v.Entries)
-	}
-	return nil
 }
 
 func sha256Hex(data []byte) string {

@@ -7,8 +7,9 @@
 // version of a feed directory (internal/feed's format): a delta or a
 // snapshot, feed-codes.json, and feed.json last by atomic rename → `feed
 // serve` publishes the directory over HTTP → every node's feed index
-// (internal/readmodel/feeds) polls it. `feed lookup` reads a directory or a
-// URL the way a node does and answers one name, for operators and tests.
+// (internal/readmodel/feeds) polls it. `feed lookup` and a build's reading
+// of the previous version go through that package's Load, the one reader of
+// feed directories, and lookup answers with a node's own lookup.
 //
 // Nodes never import this package: it is the operator's tool, not part of
 // the query path. docs/feeds.md describes the importers, the versioning and

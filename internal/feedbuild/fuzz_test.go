@@ -98,6 +98,11 @@ func FuzzRPZ(f *testing.F) {
 		"$ORIGIN a.\n$ORIGIN b\nc TXT \"x ; y\"\n",
 		"rpz. SOA a. b. 1 2 3 4 5\nabs.rpz. CNAME .\n",
 		"$INCLUDE x\n",
+		// Seeds of rpz's FuzzParse: the zone parser is the node's.
+		"@ SOA ns. h. 1 1 1 1 1\na.example A 192.0.2.1\na.example AAAA ::1\na.example TXT \"x\" \"y\"\n",
+		"@ SOA ns. h. 1 1 1 1 1\n* CNAME *.\nw.example CNAME *.garden.example.\n",
+		"@ SOA ns. h. 1 1 1 1 1\n$GENERATE 1-20 h$.example CNAME .\n",
+		"rpz. SOA a. b. 1 1 1 1 1\n\\000.rpz. CNAME .\nb\u00fccher.rpz. CNAME .\n",
 	} {
 		f.Add(s)
 	}

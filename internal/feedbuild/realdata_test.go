@@ -79,17 +79,17 @@ func TestRealLists(t *testing.T) {
 		t.Errorf("URLhaus: domains %s and adblock %s do not add up to the whole list", &dom, &adb)
 	}
 	paths := 0
-	f, err := Load(context.Background(), LoadConfig{Dir: dir})
+	f, content, err := loadFeed(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for k := range f.Content {
+	for k := range content {
 		if strings.Contains(k, "/") {
 			paths++
 		}
 	}
 	t.Logf("%d keys (%d with a path), snapshot %d bytes", res.Keys, paths, res.SnapshotSize)
-	if res.Keys != 96447 || len(f.Content) != res.Keys || paths != 8560 {
+	if res.Keys != 96447 || len(content) != res.Keys || paths != 8560 {
 		t.Errorf("%d keys, %d with a path; want 96447 and 8560", res.Keys, paths)
 	}
 
@@ -109,13 +109,13 @@ func TestRealLists(t *testing.T) {
 		{"demand.supply", "", "", nil},    // ||demand.supply^$script: an option a DNS filter cannot enforce
 		{"example.com", "", "", nil},
 	} {
-		key, codes, _ := f.Content.Lookup(c.name, c.path)
-		if key != c.key || !slices.Equal(codes, c.codes) {
+		m, _ := f.Index().Lookup(c.name, c.path)
+		if key, codes := m.Key(), m.Codes; key != c.key || !slices.Equal(codes, c.codes) {
 			t.Errorf("Lookup(%s%s) = %q %v, want %q %v", c.name, c.path, key, codes, c.key, c.codes)
 		}
 	}
-	if f.Title(4) != "malware" {
-		t.Errorf("title of 4: %q", f.Title(4))
+	if titleOf(f, 4) != "malware" {
+		t.Errorf("title of 4: %q", titleOf(f, 4))
 	}
 
 	// The same lists again: no new version. Without badware: a delta that
@@ -136,7 +136,7 @@ func TestRealLists(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	checkDir(t, dir, without, map[int64]Content{1: f.Content})
+	checkDir(t, dir, without, map[int64]Content{1: content})
 }
 
 func nonBlankLines(t *testing.T, path string) int {

@@ -116,14 +116,14 @@ func TestServe(t *testing.T) {
 	}
 
 	// The feed as a node reads it over HTTP equals the directory.
-	f, err := Load(context.Background(), LoadConfig{URL: ts.URL + "/ads"})
+	f, got, err := loadFeed(ts.URL + "/ads")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !maps.EqualFunc(f.Content, want, slices.Equal) || f.Title(1) != "advertising" {
-		t.Fatalf("over HTTP: %v, title %q", f.Content, f.Title(1))
+	if !maps.EqualFunc(got, want, slices.Equal) || titleOf(f, 1) != "advertising" {
+		t.Fatalf("over HTTP: %v, title %q", got, titleOf(f, 1))
 	}
-	if _, err := Load(context.Background(), LoadConfig{URL: ts.URL + "/nofeed/"}); err == nil {
+	if _, _, err := loadFeed(ts.URL + "/nofeed/"); err == nil {
 		t.Fatal("a missing feed loaded")
 	}
 

@@ -197,6 +197,14 @@ func Import(src Source, add func(Entry)) (Stats, error) {
 
 // ImportReader is Import over a reader.
 func ImportReader(format string, codes []uint16, r io.Reader, add func(Entry)) (Stats, error) {
+	var st Stats
+	emit := func(e Entry) {
+		if e.Codes == nil {
+			e.Codes = codes
+		}
+		st.Imported++
+		add(e)
+	}
 	var imp importer
 	switch format {
 	case FormatHosts:
@@ -206,19 +214,13 @@ func ImportReader(format string, codes []uint16, r io.Reader, add func(Entry)) (
 	case FormatAdblock:
 		imp = newAdblockImporter()
 	case FormatRPZ:
-		imp = &rpzImporter{}
+		// A zone file is read whole, by the node's zone parser.
+		err := importRPZ(r, &st, emit)
+		return st, err
 	case FormatCSV:
 		imp = &csvImporter{}
 	default:
 		return Stats{}, fmt.Errorf("unknown format %q; use one of %s", format, strings.Join(Formats(), ", "))
-	}
-	var st Stats
-	emit := func(e Entry) {
-		if e.Codes == nil {
-			e.Codes = codes
-		}
-		st.Imported++
-		add(e)
 	}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), maxLine)
@@ -248,7 +250,7 @@ const maxLine = 1 << 20
 // counts) or emits; it returns an error only when the file cannot be
 // imported faithfully at all. finish runs after the last line, for formats
 // whose later lines change earlier ones (adblock's $badfilter and
-// exceptions, RPZ's parentheses).
+// exceptions).
 type importer interface {
 	line(s string, st *Stats, emit func(Entry)) error
 	finish(st *Stats, emit func(Entry)) error

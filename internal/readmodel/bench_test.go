@@ -52,7 +52,7 @@ func BenchmarkPutToVisible(b *testing.B) {
 					b.Fatal(err)
 				}
 				for {
-					if got, ok := r.x.Get(s.ID); ok && got.Revision() == rev {
+					if got, ok := r.x.Snapshot().Get(s.ID); ok && got.Revision() == rev {
 						break
 					}
 					runtime.Gosched()

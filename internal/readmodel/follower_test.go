@@ -112,7 +112,7 @@ func converged(t testing.TB, x *sessions.Model, kv jetstream.KeyValue) {
 }
 
 func lookup(x *sessions.Model, addr string) string {
-	e, ok := x.LookupIP(netip.MustParseAddr(addr))
+	e, ok := x.Snapshot().LookupIP(netip.MustParseAddr(addr))
 	if !ok {
 		return ""
 	}
@@ -144,10 +144,10 @@ func TestInitialSnapshotAndLiveUpdates(t *testing.T) {
 			t.Errorf("LookupIP(%s) = %q, want %q", addr, got, want)
 		}
 	}
-	if got := x.ByUsername("alice"); len(got) != 1 || got[0].ID() != alice.ID {
+	if got := x.Snapshot().ByUsername("alice"); len(got) != 1 || got[0].ID() != alice.ID {
 		t.Errorf("ByUsername(alice) = %v", got)
 	}
-	if s, ok := x.Get(bob.ID); !ok || s.Username() != "bob" {
+	if s, ok := x.Snapshot().Get(bob.ID); !ok || s.Username() != "bob" {
 		t.Errorf("Get(bob) = %v, %v", s, ok)
 	}
 
@@ -156,7 +156,7 @@ func TestInitialSnapshotAndLiveUpdates(t *testing.T) {
 	carol.DeviceID = "phone-1"
 	put(t, kv, carol)
 	eventually(t, "live put visible", func() (bool, string) {
-		return lookup(x, "10.9.1.1") == carol.ID && len(x.ByDeviceID("phone-1")) == 1, lookup(x, "10.9.1.1")
+		return lookup(x, "10.9.1.1") == carol.ID && len(x.Snapshot().ByDeviceID("phone-1")) == 1, lookup(x, "10.9.1.1")
 	})
 
 	// Update with changed allocations: the old prefix stops answering.
@@ -167,7 +167,7 @@ func TestInitialSnapshotAndLiveUpdates(t *testing.T) {
 	eventually(t, "moved allocation", func() (bool, string) {
 		return lookup(x, "10.5.0.1") == alice.ID && lookup(x, "10.0.0.7") == "", lookup(x, "10.0.0.7")
 	})
-	if s, _ := x.Get(alice.ID); s.Revision() != 2 {
+	if s, _ := x.Snapshot().Get(alice.ID); s.Revision() != 2 {
 		t.Errorf("Get after update: revision %d", s.Revision())
 	}
 

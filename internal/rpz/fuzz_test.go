@@ -23,6 +23,12 @@ func FuzzParse(f *testing.F) {
 		head + "t TXT ( \"a\"\n \"b\" )\n",
 		"$ORIGIN .\n@ SOA ns. h. 1 1 1 1 1\ncom. CNAME .\n",
 		"rpz. SOA a. b. 1 1 1 1 1\n\\000.rpz. CNAME .\nb\u00fccher.rpz. CNAME .\n",
+		// feed build's rpz source reads zones with this parser too
+		// (feedbuild's FuzzRPZ checks what it imports from them).
+		"$ORIGIN rpz.example.\n@ SOA ns. h. ( 1 2 3 4 5 )\nbad.com CNAME .\n*.bad.com CNAME .\n",
+		"x.rpz-ip CNAME .\nok CNAME rpz-passthru.\n  A 1.2.3.4\n",
+		"$ORIGIN a.\n$ORIGIN b\nc TXT \"x ; y\"\n",
+		"rpz. SOA a. b. 1 2 3 4 5\nabs.rpz. CNAME .\n",
 	} {
 		f.Add(seed)
 	}

@@ -487,3 +487,23 @@ func TestEditorArtifacts(t *testing.T) {
 		}
 	}
 }
+
+// TestTriggers: a zone's triggers in file order, as feed build's rpz source
+// imports them, each with the verdict a match gives.
+func TestTriggers(t *testing.T) {
+	z := mustParse(t, "t", head+"b.example CNAME .\n*.w.example CNAME rpz-drop.\nok.example CNAME rpz-passthru.\nb.example CNAME .\n* CNAME *.\nl.example A 192.0.2.1\n")
+	var got []Trigger
+	for tr := range z.Triggers() {
+		got = append(got, tr)
+	}
+	want := []Trigger{
+		{Name: "b.example", Verdict: policy.VerdictBlock},
+		{Name: "w.example", Wildcard: true, Verdict: policy.VerdictBlock},
+		{Name: "ok.example", Verdict: policy.VerdictAllow},
+		{Name: "", Wildcard: true, Verdict: policy.VerdictBlock},
+		{Name: "l.example", Verdict: policy.VerdictRedirect},
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("triggers %+v\nwant     %+v", got, want)
+	}
+}

@@ -2,9 +2,9 @@ package rpz
 
 import "github.com/svc-pf/svc-pf/internal/policy"
 
-// Result is a query's RPZ outcome as PowerDNS Recursor counts it: the
-// suffix of its policy-result-* statistics (the PowerDNS-compatible
-// statistics API).
+// Result is a query's RPZ outcome as PowerDNS Recursor counts it: one of
+// its policy-result-* statistics (the PowerDNS-compatible statistics API,
+// whose names internal/resolver/stats owns).
 type Result uint8
 
 // Results. NoAction is every query no RPZ action answered: no trigger
@@ -16,18 +16,7 @@ const (
 	ResultNoData
 	ResultTruncate
 	ResultCustom // local data: A/AAAA/TXT or a CNAME
-	NumResults   // the number of results, for arrays of counters
 )
-
-var resultNames = [NumResults]string{"noaction", "drop", "nxdomain", "nodata", "truncate", "custom"}
-
-// String is the statistic's suffix: "policy-result-" + r.String().
-func (r Result) String() string {
-	if r < NumResults {
-		return resultNames[r]
-	}
-	return "unknown"
-}
 
 // ResultOf returns the Result of a finished decision; the resolver counts
 // it once per query (counters resolved once, indexed by Result). It

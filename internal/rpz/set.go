@@ -104,11 +104,6 @@ func New(cfg Config) (*Set, error) {
 	return s, nil
 }
 
-// Check implements policy.RPZ over the current snapshot.
-func (s *Set) Check(in *policy.Input, d *policy.Decision) bool {
-	return s.cur.Load().Check(in, d)
-}
-
 // Snapshot returns the current zones: one state for a whole decision.
 func (s *Set) Snapshot() *Snapshot { return s.cur.Load() }
 
@@ -122,9 +117,6 @@ func (s *Set) RPZ() policy.RPZ {
 	}
 	return s.cur.Load()
 }
-
-// Len is the number of configured zones.
-func (s *Set) Len() int { return len(s.zones) }
 
 // Status returns every zone's state in config order.
 func (s *Set) Status() []Status {
@@ -150,16 +142,6 @@ func (s *Set) Err() error {
 		zs.mu.Unlock()
 	}
 	return errors.Join(errs...)
-}
-
-// Poll checks every zone's file now and reloads those that changed; it
-// returns Err. Run calls the same check on each zone's timer; Poll serves
-// tools and tests that must not wait for one.
-func (s *Set) Poll() error {
-	for _, zs := range s.zones {
-		s.check(zs)
-	}
-	return s.Err()
 }
 
 // Run checks each zone's file every poll interval until ctx is done, then

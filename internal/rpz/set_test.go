@@ -438,3 +438,24 @@ rpz:
 		t.Errorf("unknown key: %v", err)
 	}
 }
+
+// The tests' handles on a Set: a check without waiting for a poll, and
+// the configured zones' count.
+
+// Check implements policy.RPZ over the current snapshot.
+func (s *Set) Check(in *policy.Input, d *policy.Decision) bool {
+	return s.cur.Load().Check(in, d)
+}
+
+// Len is the number of configured zones.
+func (s *Set) Len() int { return len(s.zones) }
+
+// Poll checks every zone's file now and reloads those that changed; it
+// returns Err. Run calls the same check on each zone's timer; the tests must
+// not wait for one.
+func (s *Set) Poll() error {
+	for _, zs := range s.zones {
+		s.check(zs)
+	}
+	return s.Err()
+}

@@ -1,6 +1,7 @@
 package rpz
 
 import (
+	"iter"
 	"maps"
 	"net/netip"
 	"strings"
@@ -117,6 +118,37 @@ func (z *Zone) Check(in *policy.Input, d *policy.Decision) bool {
 	}
 	r.apply(d, name)
 	return true
+}
+
+// Trigger is one QNAME trigger of a zone, as Triggers yields it.
+type Trigger struct {
+	// Name is the trigger's name, a lower-case A-label; for a wildcard the
+	// name under its "*" ("" for a bare "*").
+	Name     string
+	Wildcard bool
+	// Verdict is what a match decides: policy.VerdictAllow for PASSTHRU.
+	Verdict policy.Verdict
+}
+
+// Triggers yields the zone's triggers in the order the file gives them
+// first. It is for tools (`feed build`'s rpz source imports them), not for
+// the query path.
+func (z *Zone) Triggers() iter.Seq[Trigger] {
+	return func(yield func(Trigger) bool) {
+		ts := make([]Trigger, len(z.rules))
+		for name, i := range z.exact {
+			ts[i] = Trigger{Name: name}
+		}
+		for name, i := range z.wild {
+			ts[i] = Trigger{Name: name, Wildcard: true}
+		}
+		for i := range ts {
+			ts[i].Verdict = z.rules[i].verdict
+			if !yield(ts[i]) {
+				return
+			}
+		}
+	}
 }
 
 // match returns the rule for name, which is lower case without the

@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"net/netip"
-	"slices"
 )
 
 // Layer names, least specific first (docs/policy.md, the layers). A layer of
@@ -39,9 +38,9 @@ type Effective struct {
 	// the policy (without profile, which only selects a layer): the
 	// resolver's packet cache keys on it, never on the subscriber.
 	Fingerprint string
-	// origins is Origin by the index of the field in fieldNames ("" for a
+	// origins is Origin by the index of the field in fields ("" for a
 	// profile no layer sets), filled by Merge and MergeCompact alike.
-	origins [len(fieldNames)]string
+	origins [len(fields)]string
 }
 
 // OriginOf returns the name of the layer field came from: Origin[field]
@@ -51,7 +50,7 @@ func (e *Effective) OriginOf(field string) string {
 	if e.Origin != nil {
 		return e.Origin[field]
 	}
-	if i := slices.Index(fieldNames[:], field); i >= 0 {
+	if i := fieldIndex(field); i >= 0 {
 		return e.origins[i]
 	}
 	return ""
@@ -90,28 +89,14 @@ func Defaults() *Document {
 // are shared, not copied: they are immutable once parsed.
 func Merge(layers ...Layer) *Effective {
 	e := MergeCompact(layers...)
-	e.Origin = make(map[string]string, len(fieldNames))
-	for i, name := range fieldNames {
+	e.Origin = make(map[string]string, len(fields))
+	for i := range fields {
 		if i != fProfile || e.Profile != nil { // profile only when a layer sets it
-			e.Origin[name] = e.origins[i]
+			e.Origin[fields[i].name] = e.origins[i]
 		}
 	}
 	return e
 }
-
-// The indexes of the fields in fieldNames (and Effective.origins).
-const (
-	fFiltering = iota
-	fBlockedCategories
-	fAllowlist
-	fBlocklist
-	fBlockedNetworks
-	fSafeSearch
-	fPaused
-	fAction
-	fSchedules
-	fProfile
-)
 
 // MergeCompact is Merge without the Origin map: its Effective answers
 // OriginOf from a record held inline. The map of nine fields is several
@@ -120,7 +105,7 @@ const (
 // half of what such a cache costs a cycle); a cache keeps MergeCompact's.
 func MergeCompact(layers ...Layer) *Effective {
 	e := &Effective{Document: *Defaults()}
-	for i := range fieldNames {
+	for i := range fields {
 		e.origins[i] = LayerDefault
 	}
 	e.origins[fProfile] = ""
@@ -128,41 +113,10 @@ func MergeCompact(layers ...Layer) *Effective {
 		if l.Doc == nil {
 			continue
 		}
-		d := l.Doc
-		set := func(field int, ok bool) {
-			if ok {
-				e.origins[field] = l.Name
+		for i := range fields {
+			if fields[i].take(&e.Document, l.Doc) {
+				e.origins[i] = l.Name
 			}
-		}
-		if set(fFiltering, d.Filtering != nil); d.Filtering != nil {
-			e.Filtering = d.Filtering
-		}
-		if set(fBlockedCategories, d.BlockedCategories != nil); d.BlockedCategories != nil {
-			e.BlockedCategories = d.BlockedCategories
-		}
-		if set(fAllowlist, d.Allowlist != nil); d.Allowlist != nil {
-			e.Allowlist = d.Allowlist
-		}
-		if set(fBlocklist, d.Blocklist != nil); d.Blocklist != nil {
-			e.Blocklist = d.Blocklist
-		}
-		if set(fBlockedNetworks, d.BlockedNetworks != nil); d.BlockedNetworks != nil {
-			e.BlockedNetworks = d.BlockedNetworks
-		}
-		if set(fSafeSearch, d.SafeSearch != nil); d.SafeSearch != nil {
-			e.SafeSearch = d.SafeSearch
-		}
-		if set(fPaused, d.Paused != nil); d.Paused != nil {
-			e.Paused = d.Paused
-		}
-		if set(fAction, d.Action != nil); d.Action != nil {
-			e.Action = d.Action
-		}
-		if set(fSchedules, d.Schedules != nil); d.Schedules != nil {
-			e.Schedules = d.Schedules
-		}
-		if set(fProfile, d.Profile != nil); d.Profile != nil {
-			e.Profile = d.Profile
 		}
 	}
 	policy := e.Document

@@ -81,13 +81,98 @@ func fieldErr(field, format string, a ...any) error {
 	return &FieldError{Field: field, Msg: fmt.Sprintf(format, a...)}
 }
 
-// fieldNames is every field of a document, in Document's order (the order
-// of its canonical JSON).
-var fieldNames = [...]string{"filtering", "blocked_categories", "allowlist", "blocklist", "blocked_networks",
-	"safe_search", "paused", "action", "schedules", "profile"}
+// field is one field of a document: the one table of them, in Document's
+// order (the order of its canonical JSON), which Parse, Merge, the origins
+// and Fields all read.
+type field struct {
+	name string
+	// parse validates v (not null) and sets the field of d.
+	parse func(d *Document, v json.RawMessage) error
+	// take sets e's field to src's when src sets it, reporting whether it
+	// did: the merge's rule, the layer that sets a field replaces it whole.
+	take func(e, src *Document) bool
+}
+
+var fields = [...]field{
+	{"filtering", func(d *Document, v json.RawMessage) (err error) {
+		d.Filtering, err = parseBool("filtering", v)
+		return err
+	}, func(e, src *Document) bool { return take(&e.Filtering, src.Filtering) }},
+	{"blocked_categories", func(d *Document, v json.RawMessage) error {
+		return set(&d.BlockedCategories, v, func(v json.RawMessage) ([]uint16, error) { return parseCodes("blocked_categories", v) })
+	}, func(e, src *Document) bool { return take(&e.BlockedCategories, src.BlockedCategories) }},
+	{"allowlist", func(d *Document, v json.RawMessage) error {
+		return set(&d.Allowlist, v, func(v json.RawMessage) ([]string, error) { return parseDomains("allowlist", v) })
+	}, func(e, src *Document) bool { return take(&e.Allowlist, src.Allowlist) }},
+	{"blocklist", func(d *Document, v json.RawMessage) error {
+		return set(&d.Blocklist, v, func(v json.RawMessage) ([]string, error) { return parseDomains("blocklist", v) })
+	}, func(e, src *Document) bool { return take(&e.Blocklist, src.Blocklist) }},
+	{"blocked_networks", func(d *Document, v json.RawMessage) error {
+		return set(&d.BlockedNetworks, v, func(v json.RawMessage) ([]netip.Prefix, error) { return parseNetworks("blocked_networks", v) })
+	}, func(e, src *Document) bool { return take(&e.BlockedNetworks, src.BlockedNetworks) }},
+	{"safe_search", func(d *Document, v json.RawMessage) (err error) {
+		d.SafeSearch, err = parseBool("safe_search", v)
+		return err
+	}, func(e, src *Document) bool { return take(&e.SafeSearch, src.SafeSearch) }},
+	{"paused", func(d *Document, v json.RawMessage) (err error) {
+		d.Paused, err = parseBool("paused", v)
+		return err
+	}, func(e, src *Document) bool { return take(&e.Paused, src.Paused) }},
+	{"action", func(d *Document, v json.RawMessage) error {
+		return set(&d.Action, v, parseAction)
+	}, func(e, src *Document) bool { return take(&e.Action, src.Action) }},
+	{"schedules", func(d *Document, v json.RawMessage) error {
+		return set(&d.Schedules, v, parseSchedules)
+	}, func(e, src *Document) bool { return take(&e.Schedules, src.Schedules) }},
+	{"profile", func(d *Document, v json.RawMessage) error {
+		return set(&d.Profile, v, func(v json.RawMessage) (int, error) { return parseProfile("profile", v) })
+	}, func(e, src *Document) bool { return take(&e.Profile, src.Profile) }},
+}
+
+// fProfile is the index of profile in fields: it only selects a layer, so
+// it has no default and no part in the fingerprint.
+const fProfile = len(fields) - 1
+
+// fieldIndex is the index of the field named name in fields, or -1.
+func fieldIndex(name string) int {
+	for i := range fields {
+		if fields[i].name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// set parses v with parse and points *dst at the value.
+func set[T any](dst **T, v json.RawMessage, parse func(json.RawMessage) (T, error)) error {
+	x, err := parse(v)
+	if err == nil {
+		*dst = &x
+	}
+	return err
+}
+
+// take points *dst at src when src is set.
+func take[T any](dst **T, src *T) bool {
+	if src == nil {
+		return false
+	}
+	*dst = src
+	return true
+}
 
 // Fields lists the document's field names in their documented order.
-func Fields() []string { return fieldNames[:] }
+func Fields() []string {
+	names := make([]string, len(fields))
+	for i := range fields {
+		names[i] = fields[i].name
+	}
+	return names
+}
+
+// PolicyFields lists the fields of an effective policy, in Fields' order:
+// every field but profile, which only chooses a layer.
+func PolicyFields() []string { return Fields()[:fProfile] }
 
 // Parse decodes and validates a settings document: a JSON object whose
 // fields are those of Document. An unknown field, a wrong type or an
@@ -103,7 +188,7 @@ func Parse(data []byte) (*Document, error) {
 		return nil, &FieldError{Field: "settings", Msg: "must be a JSON object"}
 	}
 	for name := range raw {
-		if !slices.Contains(fieldNames[:], name) {
+		if fieldIndex(name) < 0 {
 			if name == "" {
 				name = `""`
 			}
@@ -111,12 +196,12 @@ func Parse(data []byte) (*Document, error) {
 		}
 	}
 	var d Document
-	for _, name := range fieldNames {
-		v, ok := raw[name]
+	for _, f := range fields {
+		v, ok := raw[f.name]
 		if !ok || bytes.Equal(bytes.TrimSpace(v), []byte("null")) {
 			continue // null is "not set", as absent
 		}
-		if err := d.parseField(name, v); err != nil {
+		if err := f.parse(&d, v); err != nil {
 			return nil, err
 		}
 	}
@@ -124,53 +209,6 @@ func Parse(data []byte) (*Document, error) {
 		return nil, fieldErr("settings", "%d bytes once canonical, more than %d: a document travels to every node in one message", n, MaxDocumentBytes)
 	}
 	return &d, nil
-}
-
-func (d *Document) parseField(name string, v json.RawMessage) error {
-	var err error
-	switch name {
-	case "filtering":
-		d.Filtering, err = parseBool(name, v)
-	case "safe_search":
-		d.SafeSearch, err = parseBool(name, v)
-	case "paused":
-		d.Paused, err = parseBool(name, v)
-	case "blocked_categories":
-		var codes []uint16
-		if codes, err = parseCodes(name, v); err == nil {
-			d.BlockedCategories = &codes
-		}
-	case "allowlist", "blocklist":
-		var names []string
-		if names, err = parseDomains(name, v); err == nil {
-			if name == "allowlist" {
-				d.Allowlist = &names
-			} else {
-				d.Blocklist = &names
-			}
-		}
-	case "blocked_networks":
-		var nets []netip.Prefix
-		if nets, err = parseNetworks(name, v); err == nil {
-			d.BlockedNetworks = &nets
-		}
-	case "action":
-		var a Action
-		if a, err = parseAction(v); err == nil {
-			d.Action = &a
-		}
-	case "schedules":
-		var ss []Schedule
-		if ss, err = parseSchedules(v); err == nil {
-			d.Schedules = &ss
-		}
-	case "profile":
-		var n int
-		if n, err = parseProfile(name, v); err == nil {
-			d.Profile = &n
-		}
-	}
-	return err
 }
 
 func parseBool(field string, v json.RawMessage) (*bool, error) {

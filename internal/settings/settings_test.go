@@ -1,8 +1,11 @@
 package settings
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -277,6 +280,66 @@ func TestMergeCompact(t *testing.T) {
 		}
 		if _, ok := full.Origin["profile"]; ok != (full.Profile != nil) {
 			t.Errorf("stack %d: profile in Origin %v, with a profile set %v", i, ok, full.Profile != nil)
+		}
+	}
+}
+
+// TestFieldTable: the one table of fields names every field of Document in
+// its order (the canonical JSON's), and each entry parses and merges its
+// own field: a document that sets only that field gives that field, and no
+// other, the layer's origin and the document's value.
+func TestFieldTable(t *testing.T) {
+	typ := reflect.TypeFor[Document]()
+	if typ.NumField() != len(fields) {
+		t.Fatalf("Document has %d fields, the table %d", typ.NumField(), len(fields))
+	}
+	for i := range typ.NumField() {
+		name, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ",")
+		if fields[i].name != name {
+			t.Errorf("field %d: table %q, Document %q", i, fields[i].name, name)
+		}
+	}
+	if fields[fProfile].name != "profile" || !slices.Equal(PolicyFields(), Fields()[:len(fields)-1]) {
+		t.Fatalf("profile is not last: %v", Fields())
+	}
+	full, err := Parse([]byte(`{"filtering": false, "blocked_categories": [4], "allowlist": ["a.example"],
+		"blocklist": ["b.example"], "blocked_networks": ["10.0.0.0/8"], "safe_search": true, "paused": true,
+		"action": {"type": "nodata"}, "schedules": [{"days": ["mon"], "from": "01:00", "to": "02:00", "tz": "UTC", "paused": true}],
+		"profile": 3}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(full.String()), &raw); err != nil {
+		t.Fatal(err)
+	}
+	for i, f := range fields {
+		one, err := Parse([]byte(`{"` + f.name + `": ` + string(raw[f.name]) + `}`))
+		if err != nil {
+			t.Fatalf("%s: %v", f.name, err)
+		}
+		if got, want := one.String(), `{"`+f.name+`":`+string(raw[f.name])+`}`; got != want {
+			t.Errorf("%s parses to %s, want %s", f.name, got, want)
+		}
+		e := Merge(Layer{Name: "x", Doc: one})
+		for j, g := range fields {
+			want := LayerDefault
+			switch {
+			case j == i:
+				want = "x"
+			case j == fProfile:
+				want = ""
+			}
+			if got := e.OriginOf(g.name); got != want || e.Origin[g.name] != want {
+				t.Errorf("a document of %s alone: %s from %q (map %q), want %q", f.name, g.name, got, e.Origin[g.name], want)
+			}
+		}
+		var merged map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(e.Document.String()), &merged); err != nil {
+			t.Fatal(err)
+		}
+		if string(merged[f.name]) != string(raw[f.name]) {
+			t.Errorf("a document of %s alone merges to %s: %s, want %s", f.name, f.name, merged[f.name], raw[f.name])
 		}
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/netip"
 	"reflect"
 	"strings"
 	"sync"
@@ -200,8 +199,7 @@ func verboseLog(r *Request, res *policy.Result) []any {
 		add("%s: %s", st.Step, st.Result)
 	}
 	if res.Effective != nil {
-		names := [...]string{"filtering", "blocked_categories", "allowlist", "blocklist", "blocked_networks",
-			"safe_search", "paused", "action", "schedules"}
+		names := settings.PolicyFields()
 		fields := make([]string, 0, len(names))
 		for _, f := range names {
 			fields = append(fields, f+" from "+res.Effective.OriginOf(f))
@@ -263,29 +261,6 @@ func documentJSON(e *settings.Effective) json.RawMessage {
 		return json.RawMessage("{}") // a document always marshals
 	}
 	return json.RawMessage(bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
-}
-
-func addrString(a netip.Addr) any {
-	if !a.IsValid() {
-		return nil
-	}
-	return a.String()
-}
-
-func addrsAny(as []netip.Addr) []any {
-	out := make([]any, 0, len(as))
-	for _, a := range as {
-		out = append(out, a.String())
-	}
-	return out
-}
-
-func stringsAny(ss []string) []any {
-	out := make([]any, 0, len(ss))
-	for _, s := range ss {
-		out = append(out, s)
-	}
-	return out
 }
 
 func orEmpty(v []any) []any {

@@ -222,3 +222,28 @@ func renderParts(res *policy.Result) parts {
 	}
 	return parts{identity: cut(0), categories: cut(1), layers: cut(2), answer: cut(3), trace: cut(4)}
 }
+
+// The reference's conversions of values to the maps' any.
+
+func addrString(a netip.Addr) any {
+	if !a.IsValid() {
+		return nil
+	}
+	return a.String()
+}
+
+func addrsAny(as []netip.Addr) []any {
+	out := make([]any, 0, len(as))
+	for _, a := range as {
+		out = append(out, a.String())
+	}
+	return out
+}
+
+func stringsAny(ss []string) []any {
+	out := make([]any, 0, len(ss))
+	for _, s := range ss {
+		out = append(out, s)
+	}
+	return out
+}

@@ -23,11 +23,10 @@ import (
 	"github.com/svc-pf/svc-pf/internal/policy"
 )
 
+// defaultEntry is the embedded entry file used when lua.file is empty.
+//
 //go:embed default.lua
 var defaultEntry []byte
-
-// DefaultEntry is the embedded entry file used when lua.file is empty.
-func DefaultEntry() []byte { return defaultEntry }
 
 // Config configures a Service.
 type Config struct {

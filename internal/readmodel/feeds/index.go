@@ -77,12 +77,6 @@ type Match struct {
 // Key is the matching feed key, name[/path].
 func (m Match) Key() string { return m.Name + m.Path }
 
-// Empty is an Index with no entry.
-func Empty() *Index {
-	seed := maphash.MakeSeed()
-	return &Index{shards: []string{""}, homes: []uint32{0}, shift: 64, seed: seed, key: newNameHash(seed), setIDs: map[string]uint32{}}
-}
-
 // Len is the number of keys (name and name/path entries).
 func (ix *Index) Len() int { return ix.n }
 

@@ -421,15 +421,6 @@ func (w *shardWriter) addEntry(blob string, o int) {
 	}
 }
 
-// addSlot adds the full entries of the slot at o of another shard.
-func (w *shardWriter) addSlot(blob string, o int) {
-	for e := o; e < o+slotSize; e += entrySize {
-		if le32(blob, e) != 0 {
-			w.addEntry(blob, e)
-		}
-	}
-}
-
 // finish returns the shard and its homes (its B, | stashFlag if it has a
 // stash), and resets w.
 //

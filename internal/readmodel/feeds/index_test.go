@@ -2,6 +2,7 @@ package feeds
 
 import (
 	"fmt"
+	"hash/maphash"
 	"maps"
 	"math/rand/v2"
 	"slices"
@@ -586,4 +587,21 @@ func TestIndexSynthFeed(t *testing.T) {
 func indexHas(ix *Index, name, path string) bool {
 	_, ok := ix.Lookup(name, path)
 	return ok
+}
+
+// Empty is an Index with no entry: the start of the tests' histories
+// (a node starts from a snapshot, through a Builder).
+func Empty() *Index {
+	seed := maphash.MakeSeed()
+	return &Index{shards: []string{""}, homes: []uint32{0}, shift: 64, seed: seed, key: newNameHash(seed), setIDs: map[string]uint32{}}
+}
+
+// addSlot adds the full entries of the slot at o of another shard: the
+// test's reference for a slot-by-slot copy.
+func (w *shardWriter) addSlot(blob string, o int) {
+	for e := o; e < o+slotSize; e += entrySize {
+		if le32(blob, e) != 0 {
+			w.addEntry(blob, e)
+		}
+	}
 }

@@ -72,13 +72,8 @@ func (m *Model) Snapshot() *sessionindex.Index { return m.snap.Load() }
 
 // LookupIP returns the session whose allocation is the longest prefix
 // containing a, in the current snapshot. It does not allocate.
+// (Only internal/app's tests call it and Get; they can use Snapshot().)
 func (m *Model) LookupIP(a netip.Addr) (sessionindex.Entry, bool) { return m.Snapshot().LookupIP(a) }
-
-// ByUsername returns the sessions with this username in the current snapshot.
-func (m *Model) ByUsername(u string) []sessionindex.Entry { return m.Snapshot().ByUsername(u) }
-
-// ByDeviceID returns the sessions with this device id in the current snapshot.
-func (m *Model) ByDeviceID(d string) []sessionindex.Entry { return m.Snapshot().ByDeviceID(d) }
 
 // Get returns the session with this id in the current snapshot.
 func (m *Model) Get(id string) (sessionindex.Entry, bool) { return m.Snapshot().Get(id) }

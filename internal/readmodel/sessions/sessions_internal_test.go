@@ -39,16 +39,16 @@ func TestIndexModel(t *testing.T) {
 		t.Fatalf("Load = %d, %v", n, err)
 	}
 	before := m.Snapshot()
-	if e, ok := m.LookupIP(netip.MustParseAddr("10.0.1.9")); !ok || e.Username() != "bob" {
+	if e, ok := m.Snapshot().LookupIP(netip.MustParseAddr("10.0.1.9")); !ok || e.Username() != "bob" {
 		t.Fatalf("LookupIP after load: %v %v", e, ok)
 	}
 	if n := x.Apply([]*session.Session{mk("c", "carol", "10.0.3.0/24")}, []string{"a"}); n != 2 {
 		t.Fatalf("Apply = %d, want 2", n)
 	}
-	if _, ok := m.Get("a"); ok {
+	if _, ok := m.Snapshot().Get("a"); ok {
 		t.Error("a deleted session still answers")
 	}
-	if got := m.ByUsername("carol"); len(got) != 1 || got[0].ID() != "c" {
+	if got := m.Snapshot().ByUsername("carol"); len(got) != 1 || got[0].ID() != "c" {
 		t.Errorf("ByUsername(carol) = %v", got)
 	}
 	if _, ok := before.Get("a"); !ok {

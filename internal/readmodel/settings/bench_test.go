@@ -53,7 +53,7 @@ func BenchmarkPutToVisible(b *testing.B) {
 					b.Fatal(err)
 				}
 				for {
-					ls := r.m.AppendLayers(buf[:0], "acme", alice, 0, false)
+					ls := r.m.Snapshot().AppendLayers(buf[:0], "acme", alice, 0, false)
 					if l := ls[len(ls)-1]; l.Name == "username:alice" && (*l.Doc.BlockedCategories)[0] == code {
 						break
 					}

@@ -38,30 +38,30 @@ func TestInitialLoadAndLiveUpdates(t *testing.T) {
 	if s.Len() != 3 || s.Orgs() != 1 {
 		t.Fatalf("initial snapshot: %d documents of %d organisations, want 3 of 1", s.Len(), s.Orgs())
 	}
-	if g := m.Global(); g == nil || !*g.SafeSearch {
+	if g := m.Snapshot().Global(); g == nil || !*g.SafeSearch {
 		t.Fatalf("global document: %v", g)
 	}
 	if d := s.Document("acme", scOrg); d == nil || !slices.Equal(*d.BlockedCategories, []uint16{1, 3}) {
 		t.Errorf("org document: %v", d)
 	}
 	alice := identity.Attributes{Username: "alice"}
-	if got := names(m.Layers("acme", alice, 0, false)); !slices.Equal(got, []string{"global", "org:acme", "username:alice"}) {
+	if got := names(m.Snapshot().Layers("acme", alice, 0, false)); !slices.Equal(got, []string{"global", "org:acme", "username:alice"}) {
 		t.Errorf("alice's layers: %v", got)
 	}
-	if got := names(m.Layers("gone", identity.Attributes{}, 0, false)); !slices.Equal(got, []string{"global"}) {
+	if got := names(m.Snapshot().Layers("gone", identity.Attributes{}, 0, false)); !slices.Equal(got, []string{"global"}) {
 		t.Errorf("deleted organisation's layers: %v", got)
 	}
-	v0 := m.Version("acme")
+	v0 := m.Snapshot().Version("acme")
 
 	// Live put of a new scope, update of one, delete and purge.
 	putDoc(t, kv, keyL("acme", "hq"), `{"safe_search": false}`)
 	putDoc(t, kv, keyU("acme", "alice"), `{"paused": false}`)
 	eventually(t, "live put and update visible", func() (bool, string) {
-		ls := m.Layers("acme", identity.Attributes{Location: "hq", Username: "alice"}, 0, false)
+		ls := m.Snapshot().Layers("acme", identity.Attributes{Location: "hq", Username: "alice"}, 0, false)
 		e := settings.Merge(ls...)
 		return len(ls) == 4 && !*e.Paused && !*e.SafeSearch, fmt.Sprint(names(ls))
 	})
-	v1 := m.Version("acme")
+	v1 := m.Snapshot().Version("acme")
 	if v1 <= v0 {
 		t.Errorf("version did not grow with acme's changes: %d → %d", v0, v1)
 	}
@@ -72,12 +72,12 @@ func TestInitialLoadAndLiveUpdates(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "delete and purge applied", func() (bool, string) {
-		return m.Global() == nil && m.Snapshot().Document("acme", scOrg) == nil, fmt.Sprint(m.Snapshot().Len(), " documents")
+		return m.Snapshot().Global() == nil && m.Snapshot().Document("acme", scOrg) == nil, fmt.Sprint(m.Snapshot().Len(), " documents")
 	})
-	if got := names(m.Layers("acme", alice, 0, false)); !slices.Equal(got, []string{"username:alice"}) {
+	if got := names(m.Snapshot().Layers("acme", alice, 0, false)); !slices.Equal(got, []string{"username:alice"}) {
 		t.Errorf("layers after the deletes: %v", got)
 	}
-	if m.Version("acme") <= v1 {
+	if m.Snapshot().Version("acme") <= v1 {
 		t.Error("version did not grow with the deletes")
 	}
 	converged(t, m, kv)
@@ -191,7 +191,7 @@ func TestInvalidKeysAndValues(t *testing.T) {
 	eventually(t, "a valid put after the invalid ones", func() (bool, string) {
 		return m.Snapshot().Document("acme", settings.Scope{Kind: settings.ScopeUsername, Value: "carol"}) != nil, ""
 	})
-	if got := names(m.Layers("acme", identity.Attributes{Username: "alice"}, 0, false)); len(got) != 0 {
+	if got := names(m.Snapshot().Layers("acme", identity.Attributes{Username: "alice"}, 0, false)); len(got) != 0 {
 		t.Errorf("documents replaced by invalid values still answer: %v", got)
 	}
 	if m.Snapshot().Len() != 1 {
@@ -213,7 +213,7 @@ func TestResumeAfterRestart(t *testing.T) {
 	putDoc(t, kv, keyU("acme", "alice"), `{"paused": false}`)
 	r := startModel(t, b.JS)
 	r.waitReady(t)
-	v0 := r.m.Version("acme")
+	v0 := r.m.Snapshot().Version("acme")
 
 	port := b.Srv.Port()
 	b.StopServer()
@@ -229,10 +229,10 @@ func TestResumeAfterRestart(t *testing.T) {
 	del(t, wkv, keyU("acme", "alice"))
 
 	converged(t, r.m, wkv)
-	if got := names(r.m.Layers("acme", identity.Attributes{Username: "alice"}, 0, false)); !slices.Equal(got, []string{"global", "org:acme", "profile:2"}) {
+	if got := names(r.m.Snapshot().Layers("acme", identity.Attributes{Username: "alice"}, 0, false)); !slices.Equal(got, []string{"global", "org:acme", "profile:2"}) {
 		t.Errorf("layers after the resume: %v", got)
 	}
-	if r.m.Version("acme") <= v0 {
+	if r.m.Snapshot().Version("acme") <= v0 {
 		t.Error("version did not grow")
 	}
 	eventually(t, "caught up after resume", func() (bool, string) { return r.m.Lag() == 0, r.m.Lag().String() })
@@ -409,8 +409,8 @@ func TestConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.Snapshot() == nil || m.Snapshot().Len() != 0 || m.Global() != nil || m.Version("acme") != 0 ||
-		len(m.Layers("acme", identity.Attributes{}, 0, false)) != 0 {
+	if m.Snapshot() == nil || m.Snapshot().Len() != 0 || m.Snapshot().Global() != nil || m.Snapshot().Version("acme") != 0 ||
+		len(m.Snapshot().Layers("acme", identity.Attributes{}, 0, false)) != 0 {
 		t.Error("before the load the model must be empty")
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -18,9 +18,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"sync/atomic"
-	"time"
 
-	"github.com/svc-pf/svc-pf/internal/identity"
 	"github.com/svc-pf/svc-pf/internal/readmodel"
 	"github.com/svc-pf/svc-pf/internal/settings"
 )
@@ -73,32 +71,9 @@ func (m *Model) Ready() bool { return m.follower.Ready() }
 // WaitReady blocks until the initial snapshot is loaded or ctx is done.
 func (m *Model) WaitReady(ctx context.Context) error { return m.follower.WaitReady(ctx) }
 
-// Lag is how stale the current snapshot may be (readmodel.Follower.Lag).
-func (m *Model) Lag() time.Duration { return m.follower.Lag() }
-
 // Snapshot returns the current snapshot. It never blocks; hold on to it to
 // answer several questions from one consistent view.
 func (m *Model) Snapshot() *Snapshot { return m.snap.Load() }
-
-// Global returns the global document of the current snapshot, nil when
-// there is none.
-func (m *Model) Global() *settings.Document { return m.Snapshot().Global() }
-
-// Version returns org's settings version in the current snapshot
-// (Snapshot.Version).
-func (m *Model) Version(org string) uint64 { return m.Snapshot().Version(org) }
-
-// Layers returns the layers of a subscriber in the current snapshot
-// (Snapshot.Layers).
-func (m *Model) Layers(org string, a identity.Attributes, profile int, hasProfile bool) []settings.Layer {
-	return m.Snapshot().Layers(org, a, profile, hasProfile)
-}
-
-// AppendLayers appends the layers of a subscriber in the current snapshot
-// to dst (Snapshot.AppendLayers).
-func (m *Model) AppendLayers(dst []settings.Layer, org string, a identity.Attributes, profile int, hasProfile bool) []settings.Layer {
-	return m.Snapshot().AppendLayers(dst, org, a, profile, hasProfile)
-}
 
 // entry is one decoded value of the bucket: a document and where it goes.
 type entry struct {

@@ -132,7 +132,7 @@ func TestCopyOnWrite(t *testing.T) {
 
 func TestVersions(t *testing.T) {
 	m, x := newTestModel()
-	if v := m.Version("acme"); v != 0 {
+	if v := m.Snapshot().Version("acme"); v != 0 {
 		t.Fatalf("version before the load: %d", v)
 	}
 	x.Load(func(put func(entry), del func(string)) error {
@@ -146,11 +146,11 @@ func TestVersions(t *testing.T) {
 		t.Helper()
 		before := map[string]uint64{}
 		for _, org := range []string{"acme", "other", "none"} {
-			before[org] = m.Version(org)
+			before[org] = m.Snapshot().Version(org)
 		}
 		x.Apply(puts, dels)
 		for org, v0 := range before {
-			v1 := m.Version(org)
+			v1 := m.Snapshot().Version(org)
 			switch {
 			case v1 < v0:
 				t.Errorf("%s: %s's version went back from %d to %d", what, org, v0, v1)
@@ -176,10 +176,10 @@ func TestVersions(t *testing.T) {
 	step("last document of none", nil, []string{orgKey("none", scP(3))}, "acme", "other", "none")
 	step("global delete", nil, []string{settings.GlobalKey}, "acme", "other", "none")
 
-	v := m.Version("acme")
+	v := m.Snapshot().Version("acme")
 	x.Load(func(put func(entry), del func(string)) error { return nil })
-	if m.Version("acme") <= v || m.Snapshot().Len() != 0 {
-		t.Errorf("a reload must move every version: %d → %d", v, m.Version("acme"))
+	if m.Snapshot().Version("acme") <= v || m.Snapshot().Len() != 0 {
+		t.Errorf("a reload must move every version: %d → %d", v, m.Snapshot().Version("acme"))
 	}
 }
 
@@ -252,7 +252,7 @@ func TestApplyAndKeys(t *testing.T) {
 	if n := x.Apply([]entry{mustEntry(t, orgKey("acme", scD("d")), `{}`)}, []string{settings.GlobalKey}); n != 2 {
 		t.Errorf("put and global delete: %d documents", n)
 	}
-	if m.Global() != nil {
+	if m.Snapshot().Global() != nil {
 		t.Error("global document not deleted")
 	}
 }
@@ -287,7 +287,7 @@ func TestLayersDoNotAllocate(t *testing.T) {
 		t.Errorf("layers %v, want %v", names, want)
 	}
 	if got := maps.Collect(func(yield func(string, int) bool) {
-		for i, l := range m.Layers("", a, 0, false) {
+		for i, l := range m.Snapshot().Layers("", a, 0, false) {
 			if !yield(l.Name, i) {
 				return
 			}
