@@ -6,12 +6,16 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/svc-pf/svc-pf/internal/resolver/stats"
 )
 
 // seenQuery is one query a fake forwarder received.
@@ -317,19 +321,50 @@ func delayed(d time.Duration, next func(q *dns.Msg, raw []byte) [][]byte) func(q
 	}
 }
 
+// counters are the statistics the client feeds, read by their PowerDNS
+// names: the resolver's own (stats), so the tests check what the API
+// reports.
+type counters struct{ *stats.Counters }
+
+// upstreamStats are the statistics a Client's Metrics moves, but for the
+// answer latency buckets (answers reads those).
+var upstreamStats = []string{
+	"all-outqueries", "tcp-outqueries", "ipv6-outqueries",
+	"outgoing-timeouts", "outgoing4-timeouts", "outgoing6-timeouts",
+	"unreachables", "resource-limits", "unexpected-packets",
+	"server-parse-errors", "spoof-prevents", "case-mismatches",
+}
+
+// get is the value of a statistic.
+func (c counters) get(t testing.TB, name string) uint64 {
+	t.Helper()
+	it, ok := c.Lookup(name)
+	if !ok {
+		t.Fatalf("no statistic %s", name)
+	}
+	v, err := strconv.ParseUint(it.Value, 10, 64)
+	if err != nil {
+		t.Fatalf("%s = %q: %v", name, it.Value, err)
+	}
+	return v
+}
+
 // newClient makes a Client on the given forwarders with counters, closed
 // at the end of the test.
-func newClient(t testing.TB, cfg Config, fwds ...netip.AddrPort) (*Client, *Counters) {
+func newClient(t testing.TB, cfg Config, fwds ...netip.AddrPort) (*Client, counters) {
 	t.Helper()
-	counters := new(Counters)
+	sc, err := stats.New(stats.Config{Shards: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfg.Forwarders = fwds
-	cfg.Metrics = counters
+	cfg.Metrics = sc.Shard(0)
 	c, err := New(cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return c, counters
+	return c, counters{sc}
 }
 
 // question makes a client query as a stub would send it: mixed case (0x20),
@@ -344,29 +379,42 @@ func question(name string, qtype uint16) *dns.Msg {
 
 // checkCounts compares the counters named in want; the others must be zero
 // unless listed in ignore.
-func checkCounts(t *testing.T, c *Counters, want map[string]uint64, ignore ...string) {
+func checkCounts(t *testing.T, c counters, want map[string]uint64, ignore ...string) {
 	t.Helper()
-	skip := map[string]bool{}
-	for _, k := range ignore {
-		skip[k] = true
-	}
-	for name, got := range c.Snapshot() {
-		if skip[name] || strings.Contains(name, "-answers") {
+	for _, name := range upstreamStats {
+		if slices.Contains(ignore, name) {
 			continue
 		}
-		if got != want[name] {
+		if got := c.get(t, name); got != want[name] {
 			t.Errorf("%s = %d, want %d", name, got, want[name])
 		}
 	}
 }
 
-// answers sums the answer latency buckets of a family.
-func answers(c *Counters, family string) uint64 {
-	var n uint64
-	for name, v := range c.Snapshot() {
-		if strings.HasPrefix(name, family+"-answers") {
-			n += v
+// snapshot is every statistic the client moves, by name.
+func (c counters) snapshot(t testing.TB) map[string]uint64 {
+	t.Helper()
+	m := map[string]uint64{}
+	for _, name := range upstreamStats {
+		m[name] = c.get(t, name)
+	}
+	for _, fam := range []string{"auth4", "auth6"} {
+		for _, b := range answerBuckets {
+			m[fam+"-answers"+b] = c.get(t, fam+"-answers"+b)
 		}
+	}
+	return m
+}
+
+// answerBuckets are the suffixes of PowerDNS's answer latency statistics.
+var answerBuckets = []string{"0-1", "1-10", "10-100", "100-1000", "-slow"}
+
+// answers sums the answer latency buckets of a family ("auth4", "auth6").
+func answers(t testing.TB, c counters, family string) uint64 {
+	t.Helper()
+	var n uint64
+	for _, b := range answerBuckets {
+		n += c.get(t, family+"-answers"+b)
 	}
 	return n
 }

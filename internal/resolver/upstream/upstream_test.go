@@ -50,7 +50,7 @@ func TestExchangeAnswers(t *testing.T) {
 		t.Errorf("Exchange modified the query:\n%v\nwas\n%v", q, before)
 	}
 	checkCounts(t, counters, map[string]uint64{"all-outqueries": 1})
-	if n := answers(counters, "auth4"); n != 1 {
+	if n := answers(t, counters, "auth4"); n != 1 {
 		t.Errorf("auth4 answers %d, want 1", n)
 	}
 }
@@ -397,7 +397,7 @@ func TestAllFail(t *testing.T) {
 			if elapsed > generous {
 				t.Errorf("returned after %v", elapsed)
 			}
-			snap := counters.Snapshot()
+			snap := counters.snapshot(t)
 			if snap[tt.counter] == 0 {
 				t.Errorf("%s not counted: %v", tt.counter, snap)
 			}
@@ -498,7 +498,7 @@ func TestConcurrentQueries(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	snap := counters.Snapshot()
+	snap := counters.snapshot(t)
 	if snap["all-outqueries"] != workers*each || snap["unexpected-packets"] != 0 {
 		t.Errorf("counters %v, want %d out-queries and no unexpected packets", snap, workers*each)
 	}
@@ -524,8 +524,8 @@ func TestIPv6Forwarder(t *testing.T) {
 	checkCounts(t, counters, map[string]uint64{
 		"all-outqueries": 2, "ipv6-outqueries": 2, "outgoing-timeouts": 1, "outgoing6-timeouts": 1,
 	})
-	if answers(counters, "auth6") != 1 || answers(counters, "auth4") != 0 {
-		t.Errorf("answers by family: %v", counters.Snapshot())
+	if answers(t, counters, "auth6") != 1 || answers(t, counters, "auth4") != 0 {
+		t.Errorf("answers by family: %v", counters.snapshot(t))
 	}
 }
 
@@ -579,7 +579,7 @@ func TestMaxInFlight(t *testing.T) {
 	if !errors.Is(err, ErrAllFailed) {
 		t.Fatalf("err = %v, want ErrAllFailed", err)
 	}
-	if n := counters.Snapshot()["resource-limits"]; n != 1 {
+	if n := counters.snapshot(t)["resource-limits"]; n != 1 {
 		t.Errorf("resource-limits %d, want 1", n)
 	}
 	if len(fwd.seen()) != 1 {
@@ -718,16 +718,4 @@ func TestOrder(t *testing.T) {
 			t.Errorf("80ms after 3 half-lives = %v, want 10ms", got)
 		}
 	})
-}
-
-func TestAnswerBucket(t *testing.T) {
-	for rtt, want := range map[time.Duration]string{
-		0: "0-1", time.Millisecond: "0-1", 1001 * time.Microsecond: "1-10", 10 * time.Millisecond: "1-10",
-		50 * time.Millisecond: "10-100", 100 * time.Millisecond: "10-100", time.Second: "100-1000",
-		time.Second + time.Microsecond: "-slow", time.Minute: "-slow",
-	} {
-		if got := AnswerBucket(rtt); got != want {
-			t.Errorf("AnswerBucket(%v) = %q, want %q", rtt, got, want)
-		}
-	}
 }
