@@ -20,7 +20,7 @@ func TestParseQuery(t *testing.T) {
 		{"%=1", "invalid URL escape"},
 	} {
 		r := httptest.NewRequest("GET", "/x?"+tt.raw, nil)
-		q, err := ParseQuery(r)
+		q, err := ParseQuery(r.URL.RawQuery)
 		if tt.err == "" {
 			if err != nil || q.Encode() != r.URL.Query().Encode() {
 				t.Errorf("%q: %v, %v; want %v", tt.raw, q, err, r.URL.Query())

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
-	"net/url"
 	"strconv"
 
 	"github.com/svc-pf/svc-pf/internal/httpapi"
@@ -33,12 +32,12 @@ type SessionsReply struct {
 // [&limit=N][&after=ID]: what the table holds, read-only, for an operator
 // (docs/ipmapper.md, "Inspecting the table").
 func (s *Service) HandleSessions(w http.ResponseWriter, r *http.Request) {
-	// url.ParseQuery, not r.URL.Query(): the latter drops a malformed
-	// pair silently, and a query answered for a different selector than
-	// the operator typed is worse than a 400.
-	vals, err := url.ParseQuery(r.URL.RawQuery)
+	// Not r.URL.Query(): it drops a malformed pair silently, and a query
+	// answered for a different selector than the operator typed is worse
+	// than a 400.
+	vals, err := httpapi.ParseQuery(r.URL.RawQuery)
 	if err != nil {
-		httpapi.WriteError(w, http.StatusBadRequest, "malformed query string: "+err.Error())
+		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	var q Query

@@ -182,9 +182,9 @@ func (p *prefixPatch) parse() (add, remove []netip.Prefix, err error) {
 // once (`?confirm=true&confirm=false`) are 400s rather than silently read one
 // way. Other parameters are ignored, as the API names none of them.
 func specQuery(raw string, names ...string) (url.Values, error) {
-	q, err := url.ParseQuery(raw)
+	q, err := httpapi.ParseQuery(raw)
 	if err != nil {
-		return nil, fmt.Errorf("invalid query string: %w", err)
+		return nil, err
 	}
 	for _, name := range names {
 		if len(q[name]) > 1 {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,9 +36,9 @@ func (a *API) registerSettings(r *httpapi.Router) {
 // malformed parameter is never silently dropped (which would turn a write
 // meant for a username into one of the org layer).
 func strictQuery(raw string, allowed ...string) (map[string]string, error) {
-	q, err := url.ParseQuery(raw)
+	q, err := httpapi.ParseQuery(raw)
 	if err != nil {
-		return nil, fmt.Errorf("invalid query string: %w", err)
+		return nil, err
 	}
 	out := make(map[string]string, len(q))
 	for _, name := range slices.Sorted(maps.Keys(q)) {

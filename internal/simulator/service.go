@@ -269,7 +269,7 @@ func (s *Service) handleSimulate(w http.ResponseWriter, r *http.Request) {
 // query reads a GET's parameters: a malformed pair (`ip=%ZZ`) is a 400,
 // as in the orgmanager, not a parameter silently left out.
 func query(r *http.Request) (url.Values, error) {
-	q, err := httpapi.ParseQuery(r)
+	q, err := httpapi.ParseQuery(r.URL.RawQuery)
 	if err != nil {
 		return nil, &BadRequest{Msg: err.Error()}
 	}
