@@ -113,14 +113,19 @@ func New(cfg Config) (*Node, error) {
 			return nil, err
 		}
 	}
-	if n.engine, err = policy.NewEngine(policy.EngineConfig{View: n.View}); err != nil {
+	m, err := newPolicyMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	if n.engine, err = policy.NewEngine(policy.EngineConfig{View: n.View, Metrics: m}); err != nil {
 		return nil, err
 	}
 	return n, nil
 }
 
 // Engine is the node's one policy engine: the resolver and the simulator
-// both decide with it, so they share its cache of compiled policies.
+// both decide with it, so they share its cache of compiled policies, whose
+// lookups svcpf_policy_cache_lookups_total{result="hit"|"miss"} counts.
 func (n *Node) Engine() *policy.Engine { return n.engine }
 
 // Feeds is the feeds read model (the simulator's codemappings and info).

@@ -2,11 +2,15 @@ package node
 
 import (
 	"context"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/svc-pf/svc-pf/internal/feedbuild"
 	"github.com/svc-pf/svc-pf/internal/readmodel/feeds"
@@ -113,5 +117,28 @@ func TestFeedProblems(t *testing.T) {
 	}
 	if got := feedProblems([]feeds.FeedStatus{ok}); got != "" {
 		t.Fatalf("a fresh feed is a problem: %q", got)
+	}
+}
+
+// TestPolicyCacheMetrics: the engine's lookups of compiled policies are
+// counted on the node's registry, a miss for the first and a hit after.
+func TestPolicyCacheMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	n, err := New(Config{Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := n.View()
+	for range 3 {
+		n.Engine().PolicyFor(&v, netip.MustParseAddr("127.0.0.1"))
+	}
+	want := `
+# HELP svcpf_policy_cache_lookups_total Lookups in the node's cache of compiled policies, by result: hit, or miss (a set of settings documents merged and compiled).
+# TYPE svcpf_policy_cache_lookups_total counter
+svcpf_policy_cache_lookups_total{result="hit"} 2
+svcpf_policy_cache_lookups_total{result="miss"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "svcpf_policy_cache_lookups_total"); err != nil {
+		t.Fatal(err)
 	}
 }
