@@ -336,6 +336,24 @@ func Unreachable(nc *nats.Conn, err error, waiting string) error {
 	return fmt.Errorf("NATS at %s unreachable; waiting to reconnect to %s: %w", servers(nc), waiting, err)
 }
 
+// NotConnected returns nil while nc is connected and knows the server's
+// maximum payload, and otherwise an error naming the servers and the
+// connection's state. Checked before a request, it says why the request
+// cannot reach anyone, where nats.go would name a symptom: with no
+// connection yet the client knows no maximum payload, so every message is
+// "too big", and during a reconnect a request fails with "outbound buffer
+// limit exceeded".
+func NotConnected(nc *nats.Conn) error {
+	if nc.IsConnected() && nc.MaxPayload() > 0 {
+		return nil
+	}
+	status := strings.ToLower(nc.Status().String())
+	if nc.Status() == nats.RECONNECTING && nc.ConnectedUrl() == "" {
+		status = "connecting"
+	}
+	return fmt.Errorf("not connected to NATS at %s (%s)", servers(nc), status)
+}
+
 // servers lists the servers nc knows, configured and discovered, as
 // scheme://host:port (nats.go keeps no credentials in them).
 func servers(nc *nats.Conn) string {
