@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/svc-pf/svc-pf/internal/filelock"
 	"github.com/svc-pf/svc-pf/internal/httpapi"
 	"github.com/svc-pf/svc-pf/internal/natsbus"
 	"github.com/svc-pf/svc-pf/internal/node"
@@ -161,7 +162,7 @@ type All struct {
 	Simulator  *Simulator
 	Resolver   *Resolver
 	conns      []*nats.Conn
-	lock       *natsbus.DirLock // the data directory's
+	lock       *filelock.Lock // the data directory's
 }
 
 // StartAll starts the embedded NATS server and builds both services.
@@ -174,7 +175,7 @@ func StartAll(ctx context.Context, cfg AllConfig, v Version, log *slog.Logger) (
 	// JetStream store and each believe its own state; the second must not
 	// start. The embedded server locks its store directory too, which
 	// also covers a nats.store_dir outside the data directory.
-	lock, err := natsbus.LockDir(cfg.DataDir, "data directory")
+	lock, err := filelock.Dir(cfg.DataDir, "data directory")
 	if err != nil {
 		return nil, err
 	}

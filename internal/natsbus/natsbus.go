@@ -19,6 +19,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"golang.org/x/sys/unix"
+
+	"github.com/svc-pf/svc-pf/internal/filelock"
 )
 
 // EmbeddedConfig configures the in-process NATS server.
@@ -50,7 +52,7 @@ type Embedded struct {
 	srv  *server.Server
 	cfg  EmbeddedConfig
 	log  *slog.Logger
-	lock *DirLock
+	lock *filelock.Lock
 
 	// storeErr is the last store write error nats-server reported (its
 	// log is the only place it says so), cleared once JetStream was
@@ -95,7 +97,7 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	}
 	// nats-server does not lock its store: a second server over the same
 	// directory would start and both would write the same stream files.
-	lock, err := LockDir(cfg.StoreDir, "JetStream store directory")
+	lock, err := filelock.Dir(cfg.StoreDir, "JetStream store directory")
 	if err != nil {
 		return nil, fmt.Errorf("natsbus: %w", err)
 	}
