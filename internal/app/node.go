@@ -34,6 +34,8 @@ func DefaultNodeConfig() NodeConfig {
 // stays here: it mounts the node's status page, /health and /metrics, and
 // the resolver's PowerDNS-compatible API beside them.
 type Node struct {
+	// Models is the node itself, which the simulator and the resolver
+	// share.
 	Models *node.Node
 	server *httpapi.Server
 	log    *slog.Logger
