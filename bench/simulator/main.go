@@ -519,7 +519,7 @@ func serve(p params, log *slog.Logger) error {
 	forcedGC(log, "sessions, settings, feed")
 
 	// The engine and the simulator, as app.StartSimulator wires them (the
-	// node's readModels.View with no RPZ zone configured).
+	// node's View with no RPZ zone configured).
 	view := func() policy.View {
 		return policy.View{Sessions: ix, Settings: sm.Snapshot(), Categories: fc.Set()}
 	}
@@ -530,9 +530,7 @@ func serve(p params, log *slog.Logger) error {
 	svcLog := log.With("service", "simulator")
 	svc, err := simulator.New(simulator.Config{
 		Engine: eng, Feeds: fc,
-		Counts: func() simulator.Counts {
-			return simulator.Counts{Sessions: ix.Len(), SettingsDocuments: sm.Snapshot().Len()}
-		},
+		Sizes:   benchSizes{ix: ix, sm: sm},
 		Workers: p.workers, CallTimeout: 5 * time.Second, APIKeys: []string{APIKey}, PProf: true,
 		Region: "bench", Version: "bench", Logger: svcLog, Registerer: reg,
 	})
@@ -785,3 +783,13 @@ func measure(f func()) (nsPerOp, allocsPerOp float64) {
 	runtime.ReadMemStats(&m1)
 	return float64(el.Nanoseconds()) / float64(n), float64(m1.Mallocs-m0.Mallocs) / float64(n)
 }
+
+// benchSizes sizes the bench's models as the node sizes its read models
+// (simulator.Sizes).
+type benchSizes struct {
+	ix *sessionindex.Index
+	sm *settingsmodel.Model
+}
+
+func (b benchSizes) SessionCount() int          { return b.ix.Len() }
+func (b benchSizes) SettingsDocumentCount() int { return b.sm.Snapshot().Len() }

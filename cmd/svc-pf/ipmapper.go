@@ -19,6 +19,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/svc-pf/svc-pf/internal/ipmapper"
+	"github.com/svc-pf/svc-pf/internal/ipmapper/wire"
 )
 
 const ipmapperSessionsUsage = `Usage:
@@ -121,7 +122,7 @@ func runIPMapperSessions(ctx context.Context, args []string, stdout, stderr io.W
 		}
 		return 1
 	}
-	var reply ipmapper.SessionsReply
+	var reply wire.SessionsReply
 	if err := json.Unmarshal(body, &reply); err != nil {
 		fmt.Fprintf(stderr, "svc-pf ipmapper sessions: %s did not answer with a sessions reply (%v): is --url an IP Mapper's listener?\n", *base, err)
 		return 1
@@ -219,7 +220,7 @@ func errorText(body []byte) string {
 
 // printSessions writes the reply as a table, one session a line, and a
 // footer with the count and the next page.
-func printSessions(w io.Writer, r ipmapper.SessionsReply) {
+func printSessions(w io.Writer, r wire.SessionsReply) {
 	if len(r.Sessions) == 0 {
 		fmt.Fprintln(w, "no sessions")
 		return

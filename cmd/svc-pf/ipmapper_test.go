@@ -15,8 +15,8 @@ import (
 
 	"github.com/svc-pf/svc-pf/internal/app"
 	"github.com/svc-pf/svc-pf/internal/identity"
-	"github.com/svc-pf/svc-pf/internal/ipmapper"
 	"github.com/svc-pf/svc-pf/internal/ipmapper/mapperclient"
+	"github.com/svc-pf/svc-pf/internal/ipmapper/wire"
 	"github.com/svc-pf/svc-pf/internal/natsbus"
 	"github.com/svc-pf/svc-pf/internal/session"
 )
@@ -118,7 +118,7 @@ func TestIPMapperSessionsCommand(t *testing.T) {
 	}
 
 	code, out, _ = runCLI("ipmapper", "sessions", "--url", base, "--username", "alice", "--json")
-	var reply ipmapper.SessionsReply
+	var reply wire.SessionsReply
 	if code != 0 || json.Unmarshal([]byte(out), &reply) != nil || reply.Count != 1 || reply.Sessions[0].Username != "alice" {
 		t.Fatalf("--username alice --json: exit %d\n%s", code, out)
 	}

@@ -13,8 +13,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/svc-pf/svc-pf/internal/filelock"
 	"github.com/svc-pf/svc-pf/internal/httpapi"
 	"github.com/svc-pf/svc-pf/internal/natsbus"
+	"github.com/svc-pf/svc-pf/internal/node"
 	"github.com/svc-pf/svc-pf/internal/readmodel/feeds"
 	"github.com/svc-pf/svc-pf/internal/rpz"
 	"github.com/svc-pf/svc-pf/internal/session"
@@ -160,7 +162,7 @@ type All struct {
 	Simulator  *Simulator
 	Resolver   *Resolver
 	conns      []*nats.Conn
-	lock       *natsbus.DirLock // the data directory's
+	lock       *filelock.Lock // the data directory's
 }
 
 // StartAll starts the embedded NATS server and builds both services.
@@ -173,7 +175,7 @@ func StartAll(ctx context.Context, cfg AllConfig, v Version, log *slog.Logger) (
 	// JetStream store and each believe its own state; the second must not
 	// start. The embedded server locks its store directory too, which
 	// also covers a nats.store_dir outside the data directory.
-	lock, err := natsbus.LockDir(cfg.DataDir, "data directory")
+	lock, err := filelock.Dir(cfg.DataDir, "data directory")
 	if err != nil {
 		return nil, err
 	}
@@ -243,15 +245,18 @@ func StartAll(ctx context.Context, cfg AllConfig, v Version, log *slog.Logger) (
 	}
 	nodeLog := log.With("service", "node")
 	reg := newRegistry()
-	models, err := newReadModels(nodeKeys{Feeds: cfg.Feeds, RPZ: cfg.RPZ, SessionsBucket: cfg.IPMapper.Sessions.Bucket}, ncNode, reg, nodeLog)
+	// One node, so one policy engine, for the resolver and the simulator:
+	// a policy compiled for one is cached for the other.
+	n, err := node.New(node.Config{Feeds: cfg.Feeds, RPZ: cfg.RPZ, NATS: ncNode, SessionsBucket: cfg.IPMapper.Sessions.Bucket,
+		Registerer: reg, Logger: nodeLog})
 	if err != nil {
 		return fail(err)
 	}
-	if a.Resolver, err = StartResolver(cfg.Resolver, models, v, reg, log); err != nil {
+	if a.Resolver, err = StartResolver(cfg.Resolver, n, v, reg, log); err != nil {
 		return fail(err)
 	}
 	// The resolver's PowerDNS-compatible API is served on the node listener.
-	if a.Node, err = StartNode(cfg.Node, models, reg, v, nodeLog, a.Resolver.API); err != nil {
+	if a.Node, err = StartNode(cfg.Node, n, reg, v, nodeLog, a.Resolver.API); err != nil {
 		return fail(err)
 	}
 	ncSim, err := connect(cfg.Simulator.NATS.URL, "svc-pf simulator")
@@ -260,7 +265,7 @@ func StartAll(ctx context.Context, cfg AllConfig, v Version, log *slog.Logger) (
 	}
 	simCfg := cfg.Simulator
 	simCfg.Region = cfg.Region
-	if a.Simulator, err = StartSimulator(simCfg, models, newRegistry(), ncSim, v, log); err != nil {
+	if a.Simulator, err = StartSimulator(simCfg, n, newRegistry(), ncSim, v, log); err != nil {
 		return fail(err)
 	}
 	log.Info("simulator NATS enabled", "url", redactURL(ncSim.ConnectedUrlRedacted()))

@@ -10,14 +10,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/svc-pf/svc-pf/internal/natsbus"
+	"github.com/svc-pf/svc-pf/internal/filelock"
 )
 
 // TestAllLocksTheDataDirectory: a second `svc-pf all` on the data
 // directory of a running one is refused with an error naming the holder's
 // pid, and starts once the first has stopped. Both run in this one test
 // process: flock is per open file description, so the second open
-// conflicts exactly as another process's would (checked in natsbus too).
+// conflicts exactly as another process's would (checked in filelock too).
 func TestAllLocksTheDataDirectory(t *testing.T) {
 	cfg := testAllConfig(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -32,7 +32,7 @@ func TestAllLocksTheDataDirectory(t *testing.T) {
 	second := cfg
 	second.NATS.StoreDir = filepath.Join(t.TempDir(), "nats") // only the data directory is shared
 	_, err = StartAll(context.Background(), second, "test", slog.New(slog.DiscardHandler))
-	if !errors.Is(err, natsbus.ErrLocked) {
+	if !errors.Is(err, filelock.ErrLocked) {
 		t.Fatalf("second svc-pf all on one data directory: %v, want a lock error", err)
 	}
 	for _, want := range []string{"data directory " + cfg.DataDir, "pid " + strconv.Itoa(os.Getpid())} {
@@ -45,7 +45,7 @@ func TestAllLocksTheDataDirectory(t *testing.T) {
 	third := cfg
 	third.DataDir = t.TempDir()
 	third.NATS.StoreDir = filepath.Join(cfg.DataDir, "nats")
-	if _, err := StartAll(context.Background(), third, "test", slog.New(slog.DiscardHandler)); !errors.Is(err, natsbus.ErrLocked) ||
+	if _, err := StartAll(context.Background(), third, "test", slog.New(slog.DiscardHandler)); !errors.Is(err, filelock.ErrLocked) ||
 		!strings.Contains(err.Error(), "JetStream store directory") {
 		t.Fatalf("second embedded NATS on one store: %v, want a lock error", err)
 	}

@@ -23,8 +23,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/svc-pf/svc-pf/internal/node"
 	"github.com/svc-pf/svc-pf/internal/orgstore/storetest"
 	"github.com/svc-pf/svc-pf/internal/session"
+	"github.com/svc-pf/svc-pf/internal/sessionindex"
 	"github.com/svc-pf/svc-pf/internal/settings"
 )
 
@@ -289,12 +291,17 @@ func (w *clusterWriter) next() {
 type clusterNode struct {
 	name   string
 	nc     *nats.Conn
-	models *readModels
+	models *node.Node
+}
+
+// index is the node's subscriber index now.
+func (n *clusterNode) index() *sessionindex.Index {
+	return n.models.View().Sessions.(*sessionindex.Index)
 }
 
 func (n *clusterNode) sessions(org string) []string {
 	var out []string
-	for _, e := range n.models.sessions.Snapshot().ByOrg(org) {
+	for _, e := range n.index().ByOrg(org) {
 		s := e.Session()
 		out = append(out, fmt.Sprintf("%v|%s|%s|%s", s.Allocations, s.Username, s.DeviceID, s.Location))
 	}
@@ -399,8 +406,8 @@ func TestNATSClusterNodeLossDuringWrites(t *testing.T) {
 	var nodes []*clusterNode
 	for i, name := range []string{"node-a", "node-b"} {
 		nc := cl.connect(i+1, name)
-		m, err := newReadModels(nodeKeys{}, nc, prometheus.NewRegistry(),
-			slog.New(slog.NewTextHandler(&nodeLog, &slog.HandlerOptions{Level: slog.LevelInfo})).With("node", name))
+		m, err := node.New(node.Config{NATS: nc, Registerer: prometheus.NewRegistry(),
+			Logger: slog.New(slog.NewTextHandler(&nodeLog, &slog.HandlerOptions{Level: slog.LevelInfo})).With("node", name)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -431,11 +438,15 @@ func TestNATSClusterNodeLossDuringWrites(t *testing.T) {
 	base := "http://" + om.Addr().String()
 
 	for _, n := range nodes {
-		rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
-		err := n.models.sessions.WaitReady(rctx)
-		rcancel()
-		if err != nil {
-			t.Fatalf("%s: sessions bucket never loaded: %v", n.name, err)
+		// Its sessions and settings buckets loaded: the node is ready.
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			err := n.models.Ready()
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: buckets never loaded: %v", n.name, err)
+			}
 		}
 	}
 
@@ -549,7 +560,7 @@ func TestNATSClusterNodeLossDuringWrites(t *testing.T) {
 			}
 		}
 		for _, n := range nodes {
-			if got := n.models.sessions.Snapshot().Len(); got != want {
+			if got := n.models.SessionCount(); got != want {
 				return fmt.Sprintf("%s holds %d sessions, want %d", n.name, got, want)
 			}
 		}
@@ -624,7 +635,7 @@ func diagnose(t *testing.T, o *clusterOrg, nodes []*clusterNode, mapperBase stri
 		return
 	}
 	for _, n := range nodes {
-		for _, e := range n.models.sessions.Snapshot().ByOrg(o.name) {
+		for _, e := range n.index().ByOrg(o.name) {
 			id := e.ID()
 			entry, err := kv.Get(ctx, id)
 			if err != nil {

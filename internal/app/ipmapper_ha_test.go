@@ -546,7 +546,7 @@ func TestAllWiresOneBucket(t *testing.T) {
 	om.call("POST", "/org/acme/overrides", map[string]any{"cidr": "10.0.0.0/25", "username": "a"}, 200)
 	natstest.Eventually(t, "settled", func() (bool, string) { return om.settled("acme") })
 	natstest.Eventually(t, "node resolves the session from bucket eu", func() (bool, string) {
-		s, ok := all.Node.Models.sessions.LookupIP(netip.MustParseAddr("10.0.0.1"))
+		s, ok := all.Node.Models.View().Sessions.LookupIP(netip.MustParseAddr("10.0.0.1"))
 		return ok && s.Username() == "a", fmt.Sprint(ok)
 	})
 	nc := connectNATS(t, all.NATS.ClientURL(), "t", nil, false)

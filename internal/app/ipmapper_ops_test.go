@@ -17,6 +17,7 @@ import (
 	"github.com/svc-pf/svc-pf/internal/identity"
 	"github.com/svc-pf/svc-pf/internal/ipmapper"
 	"github.com/svc-pf/svc-pf/internal/ipmapper/mapperclient"
+	"github.com/svc-pf/svc-pf/internal/ipmapper/wire"
 	"github.com/svc-pf/svc-pf/internal/natsbus"
 	"github.com/svc-pf/svc-pf/internal/natsbus/natstest"
 	"github.com/svc-pf/svc-pf/internal/session"
@@ -78,19 +79,19 @@ func TestIPMapperSessionsEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	get := func(query string) ipmapper.SessionsReply {
+	get := func(query string) wire.SessionsReply {
 		t.Helper()
 		code, body := httpGet(t, base+"/sessions?"+query)
 		if code != 200 {
 			t.Fatalf("GET /sessions?%s: %d %s", query, code, body)
 		}
-		var r ipmapper.SessionsReply
+		var r wire.SessionsReply
 		if err := json.Unmarshal([]byte(body), &r); err != nil {
 			t.Fatal(err)
 		}
 		return r
 	}
-	ids := func(r ipmapper.SessionsReply) string {
+	ids := func(r wire.SessionsReply) string {
 		var out []string
 		for _, s := range r.Sessions {
 			out = append(out, s.ID)

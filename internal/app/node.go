@@ -6,13 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"strings"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/svc-pf/svc-pf/internal/httpapi"
-	"github.com/svc-pf/svc-pf/internal/readmodel/feeds"
+	"github.com/svc-pf/svc-pf/internal/node"
 )
 
 // NodeConfig is the `node` section of `svc-pf all`: the filter node's
@@ -31,10 +29,14 @@ func DefaultNodeConfig() NodeConfig {
 	return NodeConfig{HTTP: httpapi.Config{Address: "127.0.0.1:8082"}}
 }
 
-// Node is the read side of one machine: the node's read models, shared by
-// its simulator and resolver, and its listener.
+// Node is the node (internal/node: read models, the one policy engine,
+// staleness, readiness) behind its listener. The listener is wiring and
+// stays here: it mounts the node's status page, /health and /metrics, and
+// the resolver's PowerDNS-compatible API beside them.
 type Node struct {
-	Models *readModels
+	// Models is the node itself, which the simulator and the resolver
+	// share.
+	Models *node.Node
 	server *httpapi.Server
 	log    *slog.Logger
 }
@@ -43,9 +45,9 @@ type Node struct {
 // PowerDNS-compatible API).
 type routes interface{ Register(r *httpapi.Router) }
 
-// StartNode binds the node's listener over its read models; Run follows
-// them and serves.
-func StartNode(cfg NodeConfig, models *readModels, reg *prometheus.Registry, v Version, log *slog.Logger, more ...routes) (*Node, error) {
+// StartNode binds the node's listener; Run follows the node's read models
+// and serves.
+func StartNode(cfg NodeConfig, n *node.Node, reg *prometheus.Registry, v Version, log *slog.Logger, more ...routes) (*Node, error) {
 	if err := cfg.HTTP.Validate(); err != nil {
 		return nil, prefixed("node", err)
 	}
@@ -54,57 +56,18 @@ func StartNode(cfg NodeConfig, models *readModels, reg *prometheus.Registry, v V
 		return nil, err
 	}
 	httpapi.MountStandard(router, httpapi.StandardConfig{
-		Service: "node", Version: string(v), Gatherer: reg, Ready: models.Ready,
-		Info: func() any { return nodeInfo(models) },
+		Service: "node", Version: string(v), Gatherer: reg, Ready: n.Ready,
+		Info: func() any { return n.Status() },
 	})
 	for _, m := range more {
 		m.Register(router)
 	}
-	n := &Node{Models: models, log: log}
-	if n.server, err = httpapi.Listen(cfg.HTTP, router, log); err != nil {
+	ln := &Node{Models: n, log: log}
+	if ln.server, err = httpapi.Listen(cfg.HTTP, router, log); err != nil {
 		return nil, err
 	}
-	log.Info("node listening", "address", n.server.Addr().String(), "feeds", len(models.feeds.Status()))
-	return n, nil
-}
-
-// nodeInfo is the node's status page payload. What it shares with the
-// simulator's info payload (sessions, settings_documents, and each feed's
-// name, version, entries, loaded_at) has the simulator's snake_case names,
-// so one reader serves both; the feeds carry their poll status besides.
-func nodeInfo(models *readModels) map[string]any {
-	c := models.Counts()
-	return map[string]any{"feeds": models.feeds.Status(), "rpz": models.rpz.Status(),
-		"sessions": c.Sessions, "settings_documents": c.SettingsDocuments}
-}
-
-// feedProblems says, for /health, which feeds have never loaded and which
-// have failed for longer than their stale_after (feeds.FeedStatus.Stale),
-// each with its last error; "" when there are none. Every service that
-// holds the node's read models (`svc-pf all`'s node, `svc-pf resolver`,
-// `svc-pf simulator`) answers its /health from it.
-func feedProblems(status []feeds.FeedStatus) string {
-	var parts []string
-	for _, s := range status {
-		var p string
-		switch {
-		case s.Version == 0:
-			p = "feed " + s.Name + " not loaded yet"
-		case s.Stale:
-			p = fmt.Sprintf("feed %s failing for longer than its stale_after (%d polls in a row), still serving version %d",
-				s.Name, s.Failures, s.Version)
-			if !s.LastSuccess.IsZero() {
-				p += ", last success " + s.LastSuccess.UTC().Format(time.RFC3339)
-			}
-		default:
-			continue
-		}
-		if s.LastError != "" {
-			p += ": " + s.LastError
-		}
-		parts = append(parts, p)
-	}
-	return strings.Join(parts, "; ")
+	log.Info("node listening", "address", ln.server.Addr().String(), "feeds", len(n.Feeds().Status()))
+	return ln, nil
 }
 
 // Addr is the node listener's address.

@@ -48,7 +48,7 @@ func TestAllFollowsAFeed(t *testing.T) {
 		t.Fatalf("metrics without the feed's version:\n%s", body)
 	}
 	// ||7zip.es^$doc is in the list.
-	cats := all.Node.Models.feeds.Lookup("download.7zip.es", "", nil)
+	cats := all.Node.Models.Feeds().Lookup("download.7zip.es", "", nil)
 	if len(cats) != 1 || cats[0].Code != 3 || cats[0].Title != "badware" || cats[0].Key() != "7zip.es" {
 		t.Fatalf("lookup: %+v", cats)
 	}

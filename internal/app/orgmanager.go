@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -183,14 +182,14 @@ func StartOrgManager(ctx context.Context, cfg OrgManagerConfig, nc *nats.Conn, v
 			store.Close()
 			return nil, err
 		}
-		publisher = mapperPublisher{nc: nc, pub: mapperclient.Publisher{Client: client}}
-		ping = mapperPing(nc, client)
-		kv, err := natsbus.NewKV(nc, jetstream.KeyValueConfig{Bucket: settings.Bucket, History: 1, Replicas: cfg.Settings.Replicas})
-		if err != nil {
+		// Each says "IP Mapper unreachable: …" or "NATS unreachable: …",
+		// naming the NATS servers, when nothing can answer.
+		publisher = mapperclient.Publisher{Client: client}
+		ping = client.Ping
+		if settingsKV, err = natsbus.NewKV(nc, jetstream.KeyValueConfig{Bucket: settings.Bucket, History: 1, Replicas: cfg.Settings.Replicas}); err != nil {
 			store.Close()
 			return nil, err
 		}
-		settingsKV = natsSettingsKV{nc: nc, kv: kv}
 	}
 	deployer, err := deploy.New(deploy.Config{
 		Store: store, Publisher: publisher, Workers: cfg.Deploy.Workers,
@@ -357,98 +356,4 @@ func (o *OrgManager) probeWrites(ctx context.Context) {
 			o.log.Info("database takes writes again")
 		}
 	}
-}
-
-// mapperPublisher is the deploy's publisher to the IP Mapper. It says
-// "IP Mapper unreachable: …" (deploy.ErrUnreachable) when NATS is not
-// connected or nobody answered, instead of what the NATS client reports
-// then: with no connection yet the client knows no maximum payload, so every
-// session was "more than one NATS message can carry", and a request during
-// a reconnect fails with "outbound buffer limit exceeded" (issue 11).
-type mapperPublisher struct {
-	nc  *nats.Conn
-	pub deploy.Publisher
-}
-
-func (p mapperPublisher) Publish(ctx context.Context, d deploy.Diff) error {
-	if err := natsDown(p.nc, deploy.ErrUnreachable); err != nil {
-		return err
-	}
-	return unreachable(p.pub.Publish(ctx, d))
-}
-
-// mapperPing asks the IP Mapper for a session no one has: any answer, even
-// a refusal, shows it listening. It goes through the client, so it follows
-// the subjects the deploys use.
-func mapperPing(nc *nats.Conn, client *mapperclient.Client) func(context.Context) error {
-	return func(ctx context.Context) error {
-		if err := natsDown(nc, deploy.ErrUnreachable); err != nil {
-			return err
-		}
-		_, err := client.GetSessions(ctx, mapperclient.Query{ID: "orgmanager-health-probe"})
-		return unreachable(err)
-	}
-}
-
-// errNATSUnreachable starts the settings bucket's errors while NATS is
-// not connected.
-var errNATSUnreachable = errors.New("NATS unreachable")
-
-// natsDown returns an error wrapping kind when nc is not connected: a
-// request then cannot reach anyone, and the NATS client's own error would
-// name a symptom (a buffer, a payload size) rather than the cause.
-func natsDown(nc *nats.Conn, kind error) error {
-	if nc.IsConnected() && nc.MaxPayload() > 0 {
-		return nil
-	}
-	status := strings.ToLower(nc.Status().String())
-	if nc.Status() == nats.RECONNECTING && nc.ConnectedUrl() == "" {
-		status = "connecting"
-	}
-	return fmt.Errorf("%w: not connected to NATS (%s)", kind, status)
-}
-
-// unreachable marks err as deploy.ErrUnreachable when it means that no
-// IP Mapper answered; any other error is an answer (a refusal, a failure
-// of the IP Mapper) and stays as it is.
-func unreachable(err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, mapperclient.ErrUnavailable), errors.Is(err, nats.ErrNoResponders),
-		errors.Is(err, nats.ErrTimeout), errors.Is(err, context.DeadlineExceeded),
-		errors.Is(err, nats.ErrReconnectBufExceeded), errors.Is(err, nats.ErrConnectionClosed),
-		errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, nats.ErrDisconnected),
-		errors.Is(err, nats.ErrNoServers):
-		return fmt.Errorf("%w: %w", deploy.ErrUnreachable, err)
-	}
-	return err
-}
-
-// natsSettingsKV is the settings bucket with natsDown's check in front, so
-// a deploy of settings alone (the global layer) says why it failed too.
-type natsSettingsKV struct {
-	nc *nats.Conn
-	kv deploy.SettingsKV
-}
-
-func (k natsSettingsKV) Put(ctx context.Context, key string, value []byte) error {
-	if err := natsDown(k.nc, errNATSUnreachable); err != nil {
-		return err
-	}
-	return k.kv.Put(ctx, key, value)
-}
-
-func (k natsSettingsKV) Delete(ctx context.Context, key string) error {
-	if err := natsDown(k.nc, errNATSUnreachable); err != nil {
-		return err
-	}
-	return k.kv.Delete(ctx, key)
-}
-
-func (k natsSettingsKV) Keys(ctx context.Context, filter string) ([]string, error) {
-	if err := natsDown(k.nc, errNATSUnreachable); err != nil {
-		return nil, err
-	}
-	return k.kv.Keys(ctx, filter)
 }

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/svc-pf/svc-pf/internal/natsbus"
+	"github.com/svc-pf/svc-pf/internal/filelock"
 )
 
 // lockHolderDBEnv hands TestOrgManagerLocksItsSQLiteFile's database to the
@@ -64,7 +64,7 @@ func TestOrgManagerLocksItsSQLiteFile(t *testing.T) {
 	}
 
 	_, err = StartOrgManager(context.Background(), cfg, nil, "test", slog.New(slog.DiscardHandler))
-	if !errors.Is(err, natsbus.ErrLocked) || !strings.Contains(err.Error(), db) {
+	if !errors.Is(err, filelock.ErrLocked) || !strings.Contains(err.Error(), db) {
 		t.Fatalf("second orgmanager in this process: %v, want a lock error naming %s", err, db)
 	}
 

@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/svc-pf/svc-pf/internal/httpapi"
-	"github.com/svc-pf/svc-pf/internal/policy"
+	"github.com/svc-pf/svc-pf/internal/node"
 	"github.com/svc-pf/svc-pf/internal/readmodel/feeds"
 	"github.com/svc-pf/svc-pf/internal/resolver"
 	"github.com/svc-pf/svc-pf/internal/resolver/api"
@@ -179,22 +179,19 @@ type Resolver struct {
 	API *api.API
 }
 
-// StartResolver binds the DNS listeners over a node's read models and
-// builds the PowerDNS-compatible statistics API, to be mounted on a router.
-func StartResolver(cfg ResolverConfig, models *readModels, v Version, reg prometheus.Registerer, log *slog.Logger) (*Resolver, error) {
+// StartResolver binds the DNS listeners, deciding with the node's engine,
+// and builds the PowerDNS-compatible statistics API, to be mounted on a
+// router.
+func StartResolver(cfg ResolverConfig, n *node.Node, v Version, reg prometheus.Registerer, log *slog.Logger) (*Resolver, error) {
 	s, err := cfg.parse()
 	if err != nil {
 		return nil, err
 	}
 	log = log.With("service", "resolver")
-	eng, err := policy.NewEngine(policy.EngineConfig{View: models.View})
-	if err != nil {
-		return nil, err
-	}
 	r, err := resolver.New(resolver.Config{
 		Listen: s.listen, UDPSockets: cfg.DNS.UDPSockets, UDPBatch: cfg.DNS.UDPBatch, Forwarders: s.forwarders, AllowFrom: s.allowFrom,
 		Debug: cfg.DNS.Debug, TCPMaxConnections: cfg.DNS.TCP.MaxConnections, TCPIdleTimeout: cfg.DNS.TCP.IdleTimeout,
-		BlockTTL: cfg.DNS.Block.TTL, Cache: cfg.DNS.Cache, Engine: eng, Generation: models.Generation,
+		BlockTTL: cfg.DNS.Block.TTL, Cache: cfg.DNS.Cache, Engine: n.Engine(), Generation: n.Generation,
 		Version: string(v), Logger: log, Registerer: reg,
 		ClientMaxInFlight: cfg.DNS.MaxInFlightPerClient, TCPMaxQueriesPerConnection: cfg.DNS.TCP.MaxQueriesPerConnection,
 	})
@@ -225,15 +222,15 @@ func RunResolver(ctx context.Context, cfg ResolverConfig, v Version, log *slog.L
 		defer nc.Close()
 	}
 	reg := newRegistry()
-	models, err := newReadModels(nodeKeys{Feeds: cfg.Feeds, RPZ: cfg.RPZ}, nc, reg, log)
+	n, err := node.New(node.Config{Feeds: cfg.Feeds, RPZ: cfg.RPZ, NATS: nc, Registerer: reg, Logger: log})
 	if err != nil {
 		return err
 	}
-	res, err := StartResolver(cfg, models, v, reg, log)
+	res, err := StartResolver(cfg, n, v, reg, log)
 	if err != nil {
 		return err
 	}
-	node, err := StartNode(NodeConfig{HTTP: cfg.HTTP}, models, reg, v, log.With("service", "resolver"), res.API)
+	listener, err := StartNode(NodeConfig{HTTP: cfg.HTTP}, n, reg, v, log.With("service", "resolver"), res.API)
 	if err != nil {
 		res.DNS.Close()
 		return err
@@ -242,7 +239,7 @@ func RunResolver(ctx context.Context, cfg ResolverConfig, v Version, log *slog.L
 	defer cancel()
 	dnsDone := make(chan error, 1)
 	go func() { dnsDone <- res.DNS.Run(ctx) }()
-	err = node.Run(ctx)
+	err = listener.Run(ctx)
 	cancel()
 	err = errors.Join(err, <-dnsDone)
 	if err == nil {

@@ -20,7 +20,7 @@ import (
 
 	"github.com/svc-pf/svc-pf/internal/httpapi"
 	"github.com/svc-pf/svc-pf/internal/natsbus"
-	"github.com/svc-pf/svc-pf/internal/policy"
+	"github.com/svc-pf/svc-pf/internal/node"
 	"github.com/svc-pf/svc-pf/internal/readmodel/feeds"
 	"github.com/svc-pf/svc-pf/internal/rpz"
 	"github.com/svc-pf/svc-pf/internal/simulator"
@@ -193,21 +193,18 @@ type Simulator struct {
 	log      *slog.Logger
 }
 
-// StartSimulator builds the simulator over a node's read models, loads its
+// StartSimulator builds the simulator over a node (its engine, feeds and
+// sizes), loads its
 // Lua workers, binds its listener and, when nc is not nil, serves its calls
 // over NATS. Its metrics go to reg, which its /metrics serves: standalone
 // the registry of the read models too (their svcpf_feed_* and
 // svcpf_readmodel_* are the simulator's to show), under `svc-pf all` one of
 // its own (the node listener shows the shared read models').
-func StartSimulator(cfg SimulatorConfig, models *readModels, reg *prometheus.Registry, nc *nats.Conn, v Version, log *slog.Logger) (*Simulator, error) {
+func StartSimulator(cfg SimulatorConfig, n *node.Node, reg *prometheus.Registry, nc *nats.Conn, v Version, log *slog.Logger) (*Simulator, error) {
 	log = log.With("service", "simulator")
 	cfg.Runtime.apply(log)
-	eng, err := policy.NewEngine(policy.EngineConfig{View: models.View})
-	if err != nil {
-		return nil, err
-	}
 	svc, err := simulator.New(simulator.Config{
-		Engine: eng, Feeds: models.feeds, Counts: models.Counts,
+		Engine: n.Engine(), Feeds: n.Feeds(), Sizes: n,
 		Workers: cfg.Lua.Workers, File: cfg.Lua.File, CallTimeout: cfg.Lua.CallTimeout,
 		APIKeys: cfg.APIKeys, PProf: cfg.HTTP.PProf, Region: cfg.Region, Version: string(v),
 		Logger: log, Registerer: reg,
@@ -233,7 +230,7 @@ func StartSimulator(cfg SimulatorConfig, models *readModels, reg *prometheus.Reg
 		links["/debug/pprof/"] = "/debug/pprof/"
 	}
 	httpapi.MountStandard(router, httpapi.StandardConfig{
-		Service: "simulator", Version: string(v), Gatherer: reg, Ready: models.Ready, Info: svc.Info, Links: links,
+		Service: "simulator", Version: string(v), Gatherer: reg, Ready: n.Ready, Info: svc.Info, Links: links,
 	})
 	s := &Simulator{Service: svc, log: log}
 	if nc != nil {
@@ -285,11 +282,11 @@ func RunSimulator(ctx context.Context, cfg SimulatorConfig, v Version, log *slog
 		defer nc.Close()
 	}
 	if testAndExit {
-		models, err := newReadModels(nodeKeys{Feeds: cfg.Feeds, RPZ: cfg.RPZ}, nc, nil, log)
+		n, err := node.New(node.Config{Feeds: cfg.Feeds, RPZ: cfg.RPZ, NATS: nc, Logger: log})
 		if err != nil {
 			return err
 		}
-		return testLookup(ctx, cfg, models, v, log)
+		return testLookup(ctx, cfg, n, v, log)
 	}
 	sn, err := startSimulatorNode(cfg, nc, v, log)
 	if err != nil {
@@ -302,24 +299,24 @@ func RunSimulator(ctx context.Context, cfg SimulatorConfig, v Version, log *slog
 	return err
 }
 
-// simulatorNode is a started `svc-pf simulator`: the simulator over read
-// models of its own, their metrics and its own on one registry.
+// simulatorNode is a started `svc-pf simulator`: the simulator over a
+// node of its own, their metrics on one registry.
 type simulatorNode struct {
 	*Simulator
-	models *readModels
+	node *node.Node
 }
 
 func startSimulatorNode(cfg SimulatorConfig, nc *nats.Conn, v Version, log *slog.Logger) (*simulatorNode, error) {
 	reg := newRegistry()
-	models, err := newReadModels(nodeKeys{Feeds: cfg.Feeds, RPZ: cfg.RPZ}, nc, reg, log)
+	n, err := node.New(node.Config{Feeds: cfg.Feeds, RPZ: cfg.RPZ, NATS: nc, Registerer: reg, Logger: log})
 	if err != nil {
 		return nil, err
 	}
-	sim, err := StartSimulator(cfg, models, reg, nc, v, log)
+	sim, err := StartSimulator(cfg, n, reg, nc, v, log)
 	if err != nil {
 		return nil, err
 	}
-	return &simulatorNode{Simulator: sim, models: models}, nil
+	return &simulatorNode{Simulator: sim, node: n}, nil
 }
 
 // Run follows the read models and serves until ctx ends.
@@ -327,7 +324,7 @@ func (n *simulatorNode) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	modelsDone := make(chan error, 1)
-	go func() { modelsDone <- n.models.Run(ctx) }()
+	go func() { modelsDone <- n.node.Run(ctx) }()
 	err := n.Simulator.Run(ctx)
 	cancel()
 	return errors.Join(err, <-modelsDone)
@@ -355,12 +352,8 @@ func connectNode(c NATSConfig, name string, log *slog.Logger) (*nats.Conn, error
 // testSampleDomain is the fixed domain of --test-and-exit.
 const testSampleDomain = "example.com"
 
-func testLookup(ctx context.Context, cfg SimulatorConfig, models *readModels, v Version, log *slog.Logger) error {
-	eng, err := policy.NewEngine(policy.EngineConfig{View: models.View})
-	if err != nil {
-		return err
-	}
-	svc, err := simulator.New(simulator.Config{Engine: eng, Feeds: models.feeds, Counts: models.Counts,
+func testLookup(ctx context.Context, cfg SimulatorConfig, n *node.Node, v Version, log *slog.Logger) error {
+	svc, err := simulator.New(simulator.Config{Engine: n.Engine(), Feeds: n.Feeds(), Sizes: n,
 		Workers: cfg.Lua.Workers, File: cfg.Lua.File, CallTimeout: cfg.Lua.CallTimeout, Version: string(v), Logger: log})
 	if err != nil {
 		return err

@@ -7,7 +7,7 @@ import (
 	"strconv"
 
 	"github.com/svc-pf/svc-pf/internal/httpapi"
-	"github.com/svc-pf/svc-pf/internal/session"
+	"github.com/svc-pf/svc-pf/internal/ipmapper/wire"
 )
 
 // Bounds of GET /sessions' limit: the default keeps an accidental query
@@ -16,17 +16,6 @@ const (
 	SessionsDefaultLimit = 100
 	SessionsMaxLimit     = 10000
 )
-
-// SessionsReply is GET /sessions' body.
-type SessionsReply struct {
-	Sessions []session.Session `json:"sessions"`
-	// Count is len(Sessions); Total counts every match (after `after`).
-	Count int `json:"count"`
-	Total int `json:"total"`
-	Limit int `json:"limit"`
-	// Next, when set, is the `after` of the next page.
-	Next string `json:"next,omitempty"`
-}
 
 // HandleSessions is GET /sessions?ip=|org=|username=|deviceid=|id=
 // [&limit=N][&after=ID]: what the table holds, read-only, for an operator
@@ -98,6 +87,6 @@ func (s *Service) HandleSessions(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteInternal(w, r, s.log, err)
 		return
 	}
-	httpapi.WriteJSON(w, http.StatusOK, SessionsReply{Sessions: found.Sessions, Count: len(found.Sessions),
+	httpapi.WriteJSON(w, http.StatusOK, wire.SessionsReply{Sessions: found.Sessions, Count: len(found.Sessions),
 		Total: found.Total, Limit: limit, Next: found.Next})
 }

@@ -15,7 +15,12 @@ import (
 // created when missing, on first use and again after a failed call, so a
 // write made during an outage fails (and is retried by its caller) instead
 // of failing the start.
+//
+// While NATS is not connected every call fails at once with "NATS
+// unreachable: not connected to NATS at <servers> (<state>)" (NotConnected)
+// instead of nats.go's symptom of the moment.
 type KV struct {
+	nc  *nats.Conn
 	js  jetstream.JetStream
 	cfg jetstream.KeyValueConfig
 
@@ -32,7 +37,7 @@ func NewKV(nc *nats.Conn, cfg jetstream.KeyValueConfig) (*KV, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &KV{js: js, cfg: cfg}, nil
+	return &KV{nc: nc, js: js, cfg: cfg}, nil
 }
 
 // OpenKV binds the bucket cfg.Bucket, creating it with cfg when it is
@@ -51,7 +56,12 @@ func OpenKV(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueC
 	return kv, err
 }
 
+// bucket is the open bucket, opened (or created) now if it is not; an
+// error when NATS is not connected.
 func (k *KV) bucket(ctx context.Context) (jetstream.KeyValue, error) {
+	if err := NotConnected(k.nc); err != nil {
+		return nil, fmt.Errorf("NATS unreachable: %w", err)
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.kv != nil {

@@ -19,6 +19,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"golang.org/x/sys/unix"
+
+	"github.com/svc-pf/svc-pf/internal/filelock"
 )
 
 // EmbeddedConfig configures the in-process NATS server.
@@ -50,7 +52,7 @@ type Embedded struct {
 	srv  *server.Server
 	cfg  EmbeddedConfig
 	log  *slog.Logger
-	lock *DirLock
+	lock *filelock.Lock
 
 	// storeErr is the last store write error nats-server reported (its
 	// log is the only place it says so), cleared once JetStream was
@@ -95,7 +97,7 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	}
 	// nats-server does not lock its store: a second server over the same
 	// directory would start and both would write the same stream files.
-	lock, err := LockDir(cfg.StoreDir, "JetStream store directory")
+	lock, err := filelock.Dir(cfg.StoreDir, "JetStream store directory")
 	if err != nil {
 		return nil, fmt.Errorf("natsbus: %w", err)
 	}
@@ -334,6 +336,24 @@ func Unreachable(nc *nats.Conn, err error, waiting string) error {
 		return err
 	}
 	return fmt.Errorf("NATS at %s unreachable; waiting to reconnect to %s: %w", servers(nc), waiting, err)
+}
+
+// NotConnected returns nil while nc is connected and knows the server's
+// maximum payload, and otherwise an error naming the servers and the
+// connection's state. Checked before a request, it says why the request
+// cannot reach anyone, where nats.go would name a symptom: with no
+// connection yet the client knows no maximum payload, so every message is
+// "too big", and during a reconnect a request fails with "outbound buffer
+// limit exceeded".
+func NotConnected(nc *nats.Conn) error {
+	if nc.IsConnected() && nc.MaxPayload() > 0 {
+		return nil
+	}
+	status := strings.ToLower(nc.Status().String())
+	if nc.Status() == nats.RECONNECTING && nc.ConnectedUrl() == "" {
+		status = "connecting"
+	}
+	return fmt.Errorf("not connected to NATS at %s (%s)", servers(nc), status)
 }
 
 // servers lists the servers nc knows, configured and discovered, as

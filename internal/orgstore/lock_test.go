@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/svc-pf/svc-pf/internal/natsbus"
+	"github.com/svc-pf/svc-pf/internal/filelock"
 	"github.com/svc-pf/svc-pf/internal/orgstore"
 )
 
@@ -37,8 +37,8 @@ func TestExclusiveSQLiteRefusesASecondStore(t *testing.T) {
 		second.Close()
 		t.Fatal("a second exclusive Store opened the same SQLite file")
 	}
-	if !errors.Is(err, natsbus.ErrLocked) {
-		t.Fatalf("second Open: %v, want natsbus.ErrLocked", err)
+	if !errors.Is(err, filelock.ErrLocked) {
+		t.Fatalf("second Open: %v, want filelock.ErrLocked", err)
 	}
 	for _, want := range []string{"SQLite database " + path + " is in use", "pid " + strconv.Itoa(os.Getpid()), path + ".lock"} {
 		if !strings.Contains(err.Error(), want) {
@@ -52,11 +52,11 @@ func TestExclusiveSQLiteRefusesASecondStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	if rel, err := filepath.Rel(wd, path); err == nil {
-		if s, err := orgstore.Open(ctx, orgstore.Config{URL: "sqlite:" + rel, Exclusive: true}); !errors.Is(err, natsbus.ErrLocked) {
+		if s, err := orgstore.Open(ctx, orgstore.Config{URL: "sqlite:" + rel, Exclusive: true}); !errors.Is(err, filelock.ErrLocked) {
 			if s != nil {
 				s.Close()
 			}
-			t.Fatalf("second Open by the relative path %s: %v, want natsbus.ErrLocked", rel, err)
+			t.Fatalf("second Open by the relative path %s: %v, want filelock.ErrLocked", rel, err)
 		}
 	}
 

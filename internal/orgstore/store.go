@@ -25,8 +25,8 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
+	"github.com/svc-pf/svc-pf/internal/filelock"
 	"github.com/svc-pf/svc-pf/internal/identity"
-	"github.com/svc-pf/svc-pf/internal/natsbus"
 )
 
 // Config configures Open.
@@ -42,7 +42,7 @@ type Config struct {
 	// Exclusive (SQLite only) makes Open refuse a database file another
 	// Store holds, in this process or another, naming the holder's pid.
 	// Every SQLite Store tries to hold the lock file <file>.lock beside the
-	// database (natsbus.LockFile) for its whole life, as its read cache
+	// database (filelock.File) for its whole life, as its read cache
 	// needs; without Exclusive a Store that finds it taken opens anyway and
 	// reads without the cache. The orgmanager sets it: two orgmanagers on
 	// one file (issue 11) would each start and serve each other's writes
@@ -184,7 +184,7 @@ type Store struct {
 	// cache serves repeated single-override reads; nil unless this Store
 	// holds lock, the SQLite database's lock file (see overrideCache).
 	cache *overrideCache
-	lock  *natsbus.DirLock
+	lock  *filelock.Lock
 	// exclusive is Config.Exclusive: a lock held elsewhere fails Open.
 	exclusive bool
 	// health is the outcome of the last write or write probe (writable.go).
@@ -257,12 +257,12 @@ func (s *Store) openSQLite(ctx context.Context, path string, readConns int) erro
 	// second orgmanager touches nothing (not even the migrations) of the
 	// file another one serves. A read-only directory (no lock file can be
 	// made) only costs the cache, unless Exclusive.
-	lock, err := natsbus.LockFile(abs+".lock", "SQLite database "+abs)
+	lock, err := filelock.File(abs+".lock", "SQLite database "+abs)
 	switch {
 	case err == nil:
 		s.lock = lock
 		s.cache = newOverrideCache(overrideCacheSize)
-	case s.exclusive && errors.Is(err, natsbus.ErrLocked):
+	case s.exclusive && errors.Is(err, filelock.ErrLocked):
 		return fmt.Errorf("orgstore: %w", err)
 	case s.exclusive:
 		return fmt.Errorf("orgstore: %w (the lock file beside the database keeps a second orgmanager off it: its directory must be writable)", err)

@@ -108,18 +108,6 @@ type RPZ interface {
 	Check(in *Input, d *Decision) bool
 }
 
-// Metrics counts decisions; NopMetrics counts nothing. Implementations must
-// be safe for concurrent use and should not allocate.
-type Metrics interface {
-	Decided(v Verdict, r Reason)
-}
-
-// NopMetrics is a Metrics that counts nothing.
-type NopMetrics struct{}
-
-// Decided does nothing.
-func (NopMetrics) Decided(Verdict, Reason) {}
-
 // Transport is how a query reached the resolver. The zero value is UDP.
 type Transport uint8
 
@@ -182,8 +170,6 @@ type Input struct {
 	// category step decides (the simulator reports them); the resolver
 	// leaves it false and skips the lookup.
 	LookupAlways bool
-	// Metrics counts the decision; nil counts nothing.
-	Metrics Metrics
 }
 
 // Decision is the outcome of Decide.
@@ -279,9 +265,6 @@ func DecideInto(d *Decision, in *Input, p *Policy, cats Categories) {
 	name := strings.TrimSuffix(in.Domain, ".")
 	if !p.decide(d, in, name, cats) && in.LookupAlways && cats != nil {
 		d.Categories = cats.Lookup(name, in.Path, d.Categories[:0])
-	}
-	if in.Metrics != nil {
-		in.Metrics.Decided(d.Verdict, d.Reason)
 	}
 }
 

@@ -15,8 +15,8 @@
 // same cached Policy for the same client.
 //
 // The package is pure: no I/O, no clock (the caller passes the time), no
-// DNS library and no Prometheus registration (Metrics is an interface the
-// caller implements; NopMetrics counts nothing). It reads the read models
+// DNS library and no Prometheus registration (Metrics, the policy cache's
+// lookups, is an interface the caller implements). It reads the read models
 // through small interfaces (Sessions, Settings, Categories, RPZ). A decision for a compiled
 // policy allocates nothing when the caller reuses a Decision (DecideInto);
 // see docs/policy.md.

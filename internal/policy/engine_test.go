@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/svc-pf/svc-pf/internal/feed"
@@ -320,5 +321,40 @@ func TestDecisionEDE(t *testing.T) {
 		if code, ok := r.Decision.EDE(p); code != tt.code || ok != tt.ok || r.EDE != tt.code {
 			t.Errorf("%s: EDE %d,%v want %d,%v", tt.q.Domain, code, ok, tt.code, tt.ok)
 		}
+	}
+}
+
+// countLookups is a Metrics counting hits and misses.
+type countLookups struct{ hits, misses atomic.Int64 }
+
+func (c *countLookups) PolicyLookup(hit bool) {
+	if hit {
+		c.hits.Add(1)
+	} else {
+		c.misses.Add(1)
+	}
+}
+
+// TestEngineMetricsCountPolicyLookups: the first lookup of a client's
+// documents is a miss (compiled), the next ones, from the resolver's
+// PolicyFor or the simulator's Evaluate, hits; a client with other
+// documents misses once; a simulation with its own settings compiles
+// outside the cache and counts nothing.
+func TestEngineMetricsCountPolicyLookups(t *testing.T) {
+	f := newEngineFixture(t)
+	m := &countLookups{}
+	eng, err := NewEngine(EngineConfig{View: f.eng.view, Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice, other := netip.MustParseAddr("10.0.0.2"), netip.MustParseAddr("203.0.113.9")
+	v := eng.View()
+	eng.PolicyFor(&v, alice)
+	eng.PolicyFor(&v, alice)
+	eng.Evaluate(&Query{Input: Input{Domain: "x.example", Time: noon}, IP: alice})
+	eng.PolicyFor(&v, other)
+	eng.Evaluate(&Query{Input: Input{Domain: "x.example", Time: noon}, IP: alice, Settings: mustDoc(t, `{"paused":true}`)})
+	if h, mi := m.hits.Load(), m.misses.Load(); h != 2 || mi != 2 {
+		t.Fatalf("hits %d misses %d, want 2 and 2", h, mi)
 	}
 }

@@ -373,20 +373,14 @@ func (fakeRPZ) Check(in *Input, d *Decision) bool {
 	return true
 }
 
-type countMetrics map[Reason]int
-
-func (m countMetrics) Decided(_ Verdict, r Reason) { m[r]++ }
-
-func TestRPZAndMetrics(t *testing.T) {
-	m := countMetrics{}
+func TestRPZ(t *testing.T) {
 	p := compile(t, `{"blocklist":["rpz.example"]}`)
-	d := Decide(Input{Domain: "rpz.example", RPZ: fakeRPZ{}, Metrics: m}, p, nil)
+	d := Decide(Input{Domain: "rpz.example", RPZ: fakeRPZ{}}, p, nil)
 	check(t, d, want{VerdictBlock, ActionTruncate, ReasonRPZ, "rpz:zone=ops qname=rpz.example"})
-	d = Decide(Input{Domain: "other.example", RPZ: fakeRPZ{}, Metrics: m}, p, nil)
-	if d.Trace[2] != (TraceEntry{ReasonRPZ, ResultNoMatch}) || m[ReasonRPZ] != 1 || m[ReasonDefault] != 1 {
-		t.Errorf("trace %v metrics %v", d.Trace, m)
+	d = Decide(Input{Domain: "other.example", RPZ: fakeRPZ{}}, p, nil)
+	if d.Trace[2] != (TraceEntry{ReasonRPZ, ResultNoMatch}) || d.Reason != ReasonDefault {
+		t.Errorf("trace %v reason %v", d.Trace, d.Reason)
 	}
-	NopMetrics{}.Decided(VerdictAllow, ReasonDefault)
 
 	// Over TCP a tcp-only rule does not apply: the later steps decide (here
 	// the blocklist), as PowerDNS resolves such a query normally.
@@ -406,7 +400,7 @@ func TestDecideIntoAllocs(t *testing.T) {
 		{Domain: "www.bad.example", Time: noon},
 		{Domain: "x.ads.example", Time: noon},
 		{Domain: "www.google.fr", Time: noon},
-		{Domain: "example.com", Time: noon, AnswerAddr: netip.MustParseAddr("10.0.0.1"), Metrics: NopMetrics{}},
+		{Domain: "example.com", Time: noon, AnswerAddr: netip.MustParseAddr("10.0.0.1")},
 	} {
 		if n := testing.AllocsPerRun(200, func() { DecideInto(d, &in, p, testCats) }); n != 0 {
 			t.Errorf("%s: %v allocations per decision", in.Domain, n)

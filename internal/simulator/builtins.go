@@ -42,17 +42,23 @@ type FeedSet interface {
 	Set() *feeds.Set
 }
 
-// Counts are the sizes of the node's read models for the info payload.
-type Counts struct {
-	Sessions          int
-	SettingsDocuments int
+// Sizes sizes the node's read models for the info payload: *node.Node.
+type Sizes interface {
+	SessionCount() int
+	SettingsDocumentCount() int
 }
+
+// noSizes counts 0: a simulator without sessions or settings.
+type noSizes struct{}
+
+func (noSizes) SessionCount() int          { return 0 }
+func (noSizes) SettingsDocumentCount() int { return 0 }
 
 // builtins are the Go implementations behind the svcpf module.
 type builtins struct {
 	engine  *policy.Engine
 	feeds   FeedSet // nil: no feed backend
-	counts  func() Counts
+	sizes   Sizes
 	clock   func() time.Time
 	region  string
 	version string
@@ -242,9 +248,8 @@ func (b *builtins) info() map[string]any {
 				"loaded_at": f.LoadedAt.UTC().Format(time.RFC3339Nano)})
 		}
 	}
-	c := b.counts()
 	return map[string]any{"region": b.region, "version": b.version, "feeds": orEmpty(fs),
-		"sessions": c.Sessions, "settings_documents": c.SettingsDocuments,
+		"sessions": b.sizes.SessionCount(), "settings_documents": b.sizes.SettingsDocumentCount(),
 		"updated_at": b.clock().UTC().Format(time.RFC3339Nano)}
 }
 

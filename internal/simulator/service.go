@@ -35,8 +35,8 @@ type Config struct {
 	// Feeds is the feed backend for codemappings and info; nil when no
 	// feed is configured (codemappings answers 204).
 	Feeds FeedSet
-	// Counts sizes the read models for the info payload; nil counts 0.
-	Counts func() Counts
+	// Sizes sizes the read models for the info payload; nil counts 0.
+	Sizes Sizes
 	// Workers is lua.workers (>= 1); File is lua.file ("" for the
 	// embedded default); CallTimeout bounds one call (default 5s).
 	Workers     int
@@ -92,8 +92,8 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
-	if cfg.Counts == nil {
-		cfg.Counts = func() Counts { return Counts{} }
+	if cfg.Sizes == nil {
+		cfg.Sizes = noSizes{}
 	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 1 << 20
@@ -103,7 +103,7 @@ func New(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	m.workers.Set(float64(cfg.Workers))
-	b := &builtins{engine: cfg.Engine, feeds: cfg.Feeds, counts: cfg.Counts, clock: cfg.Clock,
+	b := &builtins{engine: cfg.Engine, feeds: cfg.Feeds, sizes: cfg.Sizes, clock: cfg.Clock,
 		region: cfg.Region, version: cfg.Version}
 	pool, err := luapool.New(luapool.Config{
 		Workers: cfg.Workers, File: cfg.File, Source: defaultEntry,

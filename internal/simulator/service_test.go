@@ -133,7 +133,7 @@ func newFixture(t testing.TB, o fixtureOpts) *fixture {
 	var fs FeedSet = fc
 	svc, err := New(Config{Engine: eng, Feeds: fs, Workers: o.workers, File: o.file, APIKeys: o.keys, PProf: o.pprof, CallTimeout: o.callTimeout,
 		Region: "eu-test", Version: "test-1", Registerer: reg, Logger: o.log,
-		Counts: func() Counts { return Counts{Sessions: ix.Len()} }})
+		Sizes: indexSizes{ix}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -625,3 +625,10 @@ function info() return svcpf.info() end
 		t.Fatalf("script read %v\nfrom body %v", m, want)
 	}
 }
+
+// indexSizes sizes the test's subscriber index as the node sizes its read
+// models.
+type indexSizes struct{ ix *sessionindex.Index }
+
+func (s indexSizes) SessionCount() int        { return s.ix.Len() }
+func (indexSizes) SettingsDocumentCount() int { return 0 }

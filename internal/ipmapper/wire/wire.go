@@ -1,5 +1,7 @@
 // Package wire holds the IP Mapper's NATS protocol: the micro service's
-// name, subjects and the JSON bodies of its four commands. Both sides
+// name, subjects and the JSON bodies of its four commands; and the body of
+// its HTTP GET /sessions (SessionsReply), which `svc-pf ipmapper sessions`
+// reads. Both sides
 // import it — the server (internal/ipmapper) and the orgmanager's client
 // and deploy publisher (internal/ipmapper/mapperclient) — and it imports
 // nothing of either, so the server does not depend on the write side.
@@ -143,6 +145,18 @@ type GetSessionsRequest struct {
 type GetSessionsReply struct {
 	Sessions []session.Session `json:"sessions"`
 	Next     string            `json:"next,omitempty"`
+}
+
+// SessionsReply is the body of the IP Mapper's HTTP GET /sessions (the
+// operator's read-only view of its table, docs/ipmapper.md).
+type SessionsReply struct {
+	Sessions []session.Session `json:"sessions"`
+	// Count is len(Sessions); Total counts every match (after `after`).
+	Count int `json:"count"`
+	Total int `json:"total"`
+	Limit int `json:"limit"`
+	// Next, when set, is the `after` of the next page.
+	Next string `json:"next,omitempty"`
 }
 
 // CleanSessionsRequest selects the sessions to remove; see Mode for the

@@ -1,4 +1,4 @@
-package app
+package node
 
 import (
 	"encoding/json"
@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/svc-pf/svc-pf/internal/policy"
 	"github.com/svc-pf/svc-pf/internal/readmodel/feeds"
 	"github.com/svc-pf/svc-pf/internal/simulator"
 )
@@ -17,15 +16,11 @@ import (
 // (snake_case), at the top level and in each feed.
 func TestNodeStatusNamesAsSimulator(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
-	models, err := newReadModels(nodeKeys{Feeds: []feeds.FeedConfig{{Name: "f", URL: t.TempDir(), PollInterval: time.Second}}}, nil, nil, log)
+	n, err := New(Config{Feeds: []feeds.FeedConfig{{Name: "f", URL: t.TempDir(), PollInterval: time.Second}}, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := policy.NewEngine(policy.EngineConfig{View: models.View})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sim, err := simulator.New(simulator.Config{Engine: eng, Feeds: models.feeds, Counts: models.Counts, Workers: 1, Logger: log})
+	sim, err := simulator.New(simulator.Config{Engine: n.Engine(), Feeds: n.Feeds(), Sizes: n, Workers: 1, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +40,7 @@ func TestNodeStatusNamesAsSimulator(t *testing.T) {
 		}
 		return m
 	}
-	node, info := decode(nodeInfo(models)), decode(sim.Info())
+	node, info := decode(n.Status()), decode(sim.Info())
 	for _, k := range []string{"sessions", "settings_documents", "feeds"} {
 		if _, ok := info[k]; !ok {
 			t.Fatalf("the simulator's info has no %q: %v", k, info)

@@ -1,4 +1,10 @@
-package natsbus
+// Package filelock is svc-pf's single-instance lock: an exclusive flock on a
+// directory's lock file (Dir: `svc-pf all`'s data directory, the embedded
+// NATS server's JetStream store) or beside one file (File: the
+// orgmanager's SQLite database), naming the holder's pid when a second
+// process is refused. The kernel drops an flock with the process, so a
+// kill -9 leaves no stale lock behind.
+package filelock
 
 import (
 	"bytes"
@@ -11,22 +17,22 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// LockFileName is the name of the lock file LockDir keeps in a directory.
-const LockFileName = ".svc-pf.lock"
+// FileName is the name of the lock file Dir keeps in a directory.
+const FileName = ".svc-pf.lock"
 
-// DirLock is an exclusive lock on a directory (LockDir) or on one file
-// (LockFile), held by this process until Unlock (or its exit: the kernel
+// Lock is an exclusive lock on a directory (Dir) or on one file (File),
+// held by this process until Unlock (or its exit: the kernel
 // drops an flock with the last descriptor, so a kill -9 leaves no stale
 // lock behind, only a stale pid in the file).
-type DirLock struct {
+type Lock struct {
 	f    *os.File
 	path string
 }
 
-// ErrLocked is wrapped by LockDir's error when another holder has the lock.
+// ErrLocked is wrapped by Dir's and File's error when another holder has the lock.
 var ErrLocked = errors.New("locked by another process")
 
-// LockDir takes an exclusive flock on <dir>/.svc-pf.lock, creating dir and
+// Dir takes an exclusive flock on <dir>/.svc-pf.lock, creating dir and
 // the file as needed, and writes this process's pid into it so that the
 // next one can name the holder. what names the directory's role in the
 // error ("data directory", "JetStream store directory").
@@ -35,27 +41,27 @@ var ErrLocked = errors.New("locked by another process")
 // embedded NATS servers over one JetStream store) corrupt each other's
 // state without either noticing; neither nats-server nor SQLite refuses
 // the second one, so the lock is ours. flock is per open file
-// description, so a second LockDir in the same process conflicts too
+// description, so a second Dir in the same process conflicts too
 // (what the tests rely on).
-func LockDir(dir, what string) (*DirLock, error) {
+func Dir(dir, what string) (*Lock, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("%s %s: %w", what, dir, err)
 	}
-	return lock(filepath.Join(dir, LockFileName), what+" "+dir, "use another directory")
+	return lock(filepath.Join(dir, FileName), what+" "+dir, "use another directory")
 }
 
-// LockFile is LockDir for one file that is not a directory of its own: it
+// File is Dir for one file that is not a directory of its own: it
 // takes an exclusive flock on the lock file at path (created as needed;
 // its directory must exist), beside the file it guards. what names that
 // file in the error ("SQLite database /var/lib/svc-pf/orgmanager.db").
 // The orgmanager's SQLite database is guarded so: two orgmanagers on one
 // file would each start, and the store's read cache, which trusts that
 // its process makes every write, would serve the other's stale rows.
-func LockFile(path, what string) (*DirLock, error) {
+func File(path, what string) (*Lock, error) {
 	return lock(path, what, "use another file")
 }
 
-func lock(path, what, instead string) (*DirLock, error) {
+func lock(path, what, instead string) (*Lock, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o640)
 	if err != nil {
 		return nil, fmt.Errorf("%s: lock file: %w", what, err)
@@ -73,7 +79,7 @@ func lock(path, what, instead string) (*DirLock, error) {
 	if err := f.Truncate(0); err == nil {
 		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
-	return &DirLock{f: f, path: path}, nil
+	return &Lock{f: f, path: path}, nil
 }
 
 // readHolder names the pid the holder wrote, or says it is unknown (the
@@ -88,12 +94,12 @@ func readHolder(f *os.File) string {
 }
 
 // Path is the lock file's path.
-func (l *DirLock) Path() string { return l.path }
+func (l *Lock) Path() string { return l.path }
 
 // Unlock releases the lock. The file stays: removing it would let a
 // process that opened it just before take a lock on an unlinked file
 // while a third one locks a new file of the same name.
-func (l *DirLock) Unlock() error {
+func (l *Lock) Unlock() error {
 	if l == nil || l.f == nil {
 		return nil
 	}
