@@ -12,14 +12,23 @@ const (
 	EDEFiltered uint16 = 17
 )
 
-// operatorFields are the fields whose origin decides a block's EDE code,
-// each with its bit in Policy.operator.
+// The bits of Policy.operator: one per field whose origin decides a block's
+// EDE code.
+const (
+	opBlocklist uint8 = 1 << iota
+	opPaused
+	opSchedules
+	opCategories
+	opNetworks
+)
+
+// operatorFields names the field of each bit of Policy.operator.
 var operatorFields = [...]struct {
 	field string
 	bit   uint8
 }{
-	{"blocklist", 1 << 0}, {"paused", 1 << 1}, {"schedules", 1 << 2},
-	{"blocked_categories", 1 << 3}, {"blocked_networks", 1 << 4},
+	{"blocklist", opBlocklist}, {"paused", opPaused}, {"schedules", opSchedules},
+	{"blocked_categories", opCategories}, {"blocked_networks", opNetworks},
 }
 
 // operatorMask has a bit set for each field of operatorFields whose value
@@ -37,8 +46,9 @@ func operatorMask(e *settings.Effective) uint8 {
 // EDE returns the Extended DNS Error code of a blocked decision made with
 // p: EDEBlocked when operator policy decided, EDEFiltered when the
 // subscriber's own settings did; ok is false for a decision that blocks
-// nothing (an allow, a safe-search rewrite, an RPZ passthru). The resolver puts it on the answer, the simulator
-// reports it, so both say the same.
+// nothing (an allow, a safe-search rewrite, an RPZ passthru). The
+// resolver puts it on the answer, the simulator reports it, so both say
+// the same.
 func (d *Decision) EDE(p *Policy) (code uint16, ok bool) {
 	var bit uint8
 	switch d.Reason {
@@ -48,21 +58,20 @@ func (d *Decision) EDE(p *Policy) (code uint16, ok bool) {
 		}
 		return EDEBlocked, true
 	case ReasonBlocklist:
-		bit = 1 << 0
+		bit = opBlocklist
 	case ReasonPaused:
-		bit = 1 << 1
+		bit = opPaused
 		if d.rule != "paused:settings" {
-			bit = 1 << 2
+			bit = opSchedules
 		}
 	case ReasonCategory:
-		bit = 1 << 3
+		bit = opCategories
 		if d.Matched >= 0 && d.Matched < len(d.Categories) && !p.categories.has(d.Categories[d.Matched].Code) {
-			bit = 1 << 2 // blocked by an open schedule's categories
+			bit = opSchedules // blocked by an open schedule's categories
 		}
 	case ReasonNetwork:
-		bit = 1 << 4
+		bit = opNetworks
 	default: // allowed, or safe search: a rewrite, not a block
-
 		return 0, false
 	}
 	if p.operator&bit != 0 {
