@@ -34,6 +34,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/svc-pf/svc-pf/internal/natsbus"
 )
 
 // Model is what a Follower keeps current. Its methods are called from the
@@ -384,6 +386,9 @@ func (f *Follower[V]) openBucket(ctx context.Context) (jetstream.KeyValue, error
 			return kv, nil
 		}
 		if !logged {
+			// nats.go says "outbound buffer limit exceeded" while the
+			// server is away: name the server and what waits for it.
+			err = natsbus.Unreachable(f.opts.JetStream.Conn(), err, "open the bucket")
 			f.log.Info("waiting for the bucket", "err", err)
 			logged = true
 		}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+
+	"github.com/svc-pf/svc-pf/internal/natsbus"
 )
 
 // The simulator's NATS micro service (docs/simulator.md "NATS"): the same
@@ -83,7 +85,12 @@ func (s *Service) ServeNATS(cfg NATSConfig) (stop func() error, err error) {
 	}
 	if err := cfg.Conn.FlushTimeout(cfg.Timeout); err != nil {
 		_ = svc.Stop()
-		return nil, fmt.Errorf("simulator: flush subscriptions: %w", err)
+		// nats.go says "timeout" when the server cannot be reached: name
+		// the server too.
+		if nc := natsbus.NotConnected(cfg.Conn); nc != nil {
+			err = fmt.Errorf("%w: %w", nc, err)
+		}
+		return nil, fmt.Errorf("simulator: register the NATS API: %w", err)
 	}
 	return svc.Stop, nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -23,6 +24,7 @@ import (
 	"github.com/svc-pf/svc-pf/internal/feedbuild"
 	"github.com/svc-pf/svc-pf/internal/httpapi"
 	"github.com/svc-pf/svc-pf/internal/identity"
+	"github.com/svc-pf/svc-pf/internal/natsbus"
 	"github.com/svc-pf/svc-pf/internal/natsbus/natstest"
 	"github.com/svc-pf/svc-pf/internal/policy"
 	"github.com/svc-pf/svc-pf/internal/readmodel/feeds"
@@ -632,3 +634,29 @@ type indexSizes struct{ ix *sessionindex.Index }
 
 func (s indexSizes) SessionCount() int        { return s.ix.Len() }
 func (indexSizes) SettingsDocumentCount() int { return 0 }
+
+// TestNATSUnreachableNamed: registering the NATS API while its server
+// cannot be reached fails naming the server, not with nats.go's bare
+// "timeout".
+func TestNATSUnreachableNamed(t *testing.T) {
+	f := newFixture(t, fixtureOpts{})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	natsURL := "nats://" + l.Addr().String()
+	_ = l.Close() // nothing listens there now
+	nc, err := natsbus.Connect(natsURL, "test", nil, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	stop, err := f.svc.ServeNATS(NATSConfig{Conn: nc, Timeout: 200 * time.Millisecond})
+	if err == nil {
+		_ = stop()
+		t.Fatal("ServeNATS without a NATS server: no error")
+	}
+	if want := "not connected to NATS at " + natsURL; !strings.Contains(err.Error(), want) {
+		t.Fatalf("ServeNATS = %v, want an error naming %q", err, want)
+	}
+}
