@@ -1,13 +1,11 @@
 package simulator
 
 import (
-	"bytes"
 	"encoding/json"
 	"log/slog"
 	"math"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,24 +13,6 @@ import (
 
 	"github.com/svc-pf/svc-pf/internal/natsbus/natstest"
 )
-
-// syncBuffer is a log destination the handlers and the test share.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // TestNonFiniteResult: an operator script whose result holds NaN, +Inf or
 // -Inf deep in a table gets a 500 {"error": …} naming where, over HTTP and
@@ -57,7 +37,7 @@ function codemappings() return svcpf.codemappings() end
 function maintenance() return {} end
 function info() return svcpf.info() end
 `)
-	var logs syncBuffer
+	var logs natstest.LogBuffer
 	f := newFixture(t, fixtureOpts{file: file, log: slog.New(slog.NewTextHandler(&logs, nil))})
 	bus := natstest.Start(t)
 	stop, err := f.svc.ServeNATS(NATSConfig{Conn: bus.NC})

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -24,7 +23,6 @@ import (
 	"github.com/svc-pf/svc-pf/internal/feedbuild"
 	"github.com/svc-pf/svc-pf/internal/httpapi"
 	"github.com/svc-pf/svc-pf/internal/identity"
-	"github.com/svc-pf/svc-pf/internal/natsbus"
 	"github.com/svc-pf/svc-pf/internal/natsbus/natstest"
 	"github.com/svc-pf/svc-pf/internal/policy"
 	"github.com/svc-pf/svc-pf/internal/readmodel/feeds"
@@ -640,17 +638,7 @@ func (indexSizes) SettingsDocumentCount() int { return 0 }
 // "timeout".
 func TestNATSUnreachableNamed(t *testing.T) {
 	f := newFixture(t, fixtureOpts{})
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	natsURL := "nats://" + l.Addr().String()
-	_ = l.Close() // nothing listens there now
-	nc, err := natsbus.Connect(natsURL, "test", nil, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc, natsURL := natstest.Unreachable(t)
 	stop, err := f.svc.ServeNATS(NATSConfig{Conn: nc, Timeout: 200 * time.Millisecond})
 	if err == nil {
 		_ = stop()

@@ -3,7 +3,6 @@ package mapperclient
 import (
 	"context"
 	"errors"
-	"net"
 	"strings"
 	"testing"
 
@@ -12,7 +11,6 @@ import (
 
 	"github.com/svc-pf/svc-pf/internal/deploy"
 	"github.com/svc-pf/svc-pf/internal/ipmapper/wire"
-	"github.com/svc-pf/svc-pf/internal/natsbus"
 	"github.com/svc-pf/svc-pf/internal/natsbus/natstest"
 	"github.com/svc-pf/svc-pf/internal/session"
 )
@@ -23,17 +21,7 @@ import (
 // with no IP Mapper listening, "no IP Mapper is answering"; an IP Mapper
 // that answers with a refusal is not unreachable.
 func TestUnreachableNamesNATS(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := "nats://" + l.Addr().String()
-	_ = l.Close() // nothing listens there now
-	down, err := natsbus.Connect(url, "test", nil, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer down.Close()
+	down, url := natstest.Unreachable(t)
 	c, err := NewClient(ClientConfig{Conn: down})
 	if err != nil {
 		t.Fatal(err)

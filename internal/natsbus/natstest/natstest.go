@@ -8,8 +8,11 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"os"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -211,4 +214,43 @@ func ReportPercentiles(b *testing.B, lat []time.Duration, unit time.Duration, na
 	}
 	b.ReportMetric(pct(0.50), "p50-"+name)
 	b.ReportMetric(pct(0.99), "p99-"+name)
+}
+
+// Unreachable returns a connection to a NATS URL where nothing listens
+// (a port the kernel picked and let go), reconnecting forever as a node's
+// does, and that URL: what a service sees while its NATS server is away.
+// The connection closes with the test.
+func Unreachable(t testing.TB) (*nats.Conn, string) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "nats://" + l.Addr().String()
+	_ = l.Close() // nothing listens there now
+	nc, err := natsbus.Connect(url, t.Name(), nil, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc, url
+}
+
+// LogBuffer is a log destination that goroutines write while the test
+// reads it.
+type LogBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *LogBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *LogBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -27,7 +27,7 @@ type Process struct {
 	dir     string
 	port    int
 	monitor int
-	log     *syncLog
+	log     *LogBuffer
 
 	mu  sync.Mutex
 	cmd *exec.Cmd
@@ -37,7 +37,7 @@ type Process struct {
 // the test ends.
 func StartProcess(t testing.TB) *Process {
 	t.Helper()
-	p := &Process{t: t, dir: t.TempDir(), port: freePort(t), monitor: freePort(t), log: &syncLog{}}
+	p := &Process{t: t, dir: t.TempDir(), port: freePort(t), monitor: freePort(t), log: &LogBuffer{}}
 	t.Cleanup(func() {
 		p.Kill()
 		if t.Failed() {
@@ -141,22 +141,4 @@ func (p *Process) Subscriptions(prefix string) []Subscription {
 		}
 	}
 	return out
-}
-
-// syncLog collects the server's output for a failing test's log.
-type syncLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *syncLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *syncLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
