@@ -1,7 +1,6 @@
 package app
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -10,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,22 +25,8 @@ type omRun struct {
 	t    *testing.T
 	om   *OrgManager
 	base string
-	log  *omLogBuffer
+	log  *syncBuffer
 }
-
-// omLogBuffer is a log destination the orgmanager's goroutines share.
-type omLogBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *omLogBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *omLogBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 // startOM starts an orgmanager on dbURL with nc (nil: no NATS); tune
 // adjusts the configuration and the OrgManager before Run.
@@ -56,7 +40,7 @@ func startOM(t *testing.T, dbURL string, nc *nats.Conn, tune func(*OrgManagerCon
 	if tune != nil {
 		tune(&cfg)
 	}
-	buf := &omLogBuffer{}
+	buf := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx, cancel := context.WithCancel(context.Background())
 	om, err := StartOrgManager(ctx, cfg, nc, "test", log)

@@ -4,28 +4,14 @@ import (
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/svc-pf/svc-pf/internal/natsbus/natstest"
 )
 
 // syncBuffer is a log sink safe for the services' goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = natstest.LogBuffer
 
 // TestCleanShutdownLog: stopping `svc-pf all` logs that it stopped, and
 // no warning: closing its own NATS connections is not a disconnect an
