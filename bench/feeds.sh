@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Feed build from the real filter lists (../shared/data/feeds, never copied
-# into the repository): the counts docs/feeds.md reports, per list and
+# Feed build from the real filter lists (the directory LISTS names, by
+# default ../shared/data/feeds beside the repository; never copied into it): the counts docs/feeds.md reports, per list and
 # cause, the time of a build, and a few lookups.
 #  1. EasyList → 1 advertising, EasyPrivacy → 2 tracking, uBlock badware →
 #     3 badware, URLhaus → 4 malware read twice: its host lines with the
@@ -11,8 +11,8 @@
 # Usage: bench/feeds.sh [quick]   (quick skips the Go benchmarks)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-lists=../shared/data/feeds
-[ -f "$lists/easylist.txt" ] || { echo "the real lists are missing: want $lists (../shared beside the repository)" >&2; exit 1; }
+lists=${LISTS:-../shared/data/feeds}
+[ -f "$lists/easylist.txt" ] || { echo "the real lists are missing: want $lists/easylist.txt (set LISTS=DIR)" >&2; exit 1; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 go build -o "$work/svc-pf" ./cmd/svc-pf

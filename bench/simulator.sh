@@ -8,7 +8,7 @@
 # What it does (everything in a temporary directory, removed at the end):
 #  1. builds the harness bench/simulator (a Go program, not part of svc-pf);
 #  2. `simulator gen`: a feed directory built with feedbuild from the real
-#     lists in ../shared/data/feeds (read in place, never copied) plus
+#     lists in LISTS (default ../shared/data/feeds; read in place, never copied) plus
 #     synthetic domains up to 1 000 000 keys, and two files of 200 000
 #     request paths: "uniform" (clients over all sessions: the engine's
 #     policy cache, 65 536 entries, mostly misses and compiles) and "hot"
@@ -80,7 +80,7 @@ workers=${WORKERS:-2}
 sessions=${SESSIONS:-1000000}
 feed_keys=${FEED_KEYS:-1000000}
 runs=${RUNS:-uniform hot info}
-lists=$(cd ../shared/data/feeds 2>/dev/null && pwd) || { echo "the real lists are missing: want ../shared/data/feeds beside the repository" >&2; exit 1; }
+lists=$(cd "${LISTS:-../shared/data/feeds}" 2>/dev/null && pwd) || { echo "the real lists are missing: want ${LISTS:-../shared/data/feeds} (set LISTS=DIR)" >&2; exit 1; }
 command -v wrk >/dev/null || { echo "wrk is missing: apt-get install -y wrk" >&2; exit 1; }
 work=$(mktemp -d)
 server=""

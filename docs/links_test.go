@@ -68,8 +68,9 @@ func TestOutsideCitations(t *testing.T) {
 		want int
 	}{
 		{"The format is DESIGN.md §6.2.", 2},
-		{"see ../shared/DESIGN.md", 1},
+		{"see ../shared/DESIGN.md", 2},
 		{"the REST API of spec 1 (`../shared/spec/1-organisation-manager.md`)", 2},
+		{"reads them from `../shared/data/feeds/` beside the clone", 1},
 		{"# The simulator (spec 2)", 1},
 		{"Spec 3's API", 1},
 		{"**Lookup** (§6.2): the name", 1},
@@ -293,7 +294,7 @@ type citation struct {
 }
 
 var (
-	outsideDoc = regexp.MustCompile(`DESIGN\.md|shared/spec\b|(?i:\bspecs? [1-3]\b)`)
+	outsideDoc = regexp.MustCompile(`DESIGN\.md|\.\./shared\b|shared/spec\b|(?i:\bspecs? [1-3]\b)`)
 	// A section sign cites a section; of a public standard (an RFC, an
 	// Internet-Draft) it is fine, of anything else it points outside.
 	sectionSign = regexp.MustCompile(`§\s*[0-9]`)
