@@ -77,7 +77,8 @@ func (r *Resolver) blockedReply(ctx context.Context, req *dns.Msg, q *query, d *
 			if opt := req.IsEdns0(); opt != nil {
 				sub.SetEdns0(ourUDPSize, opt.Do())
 			}
-			if chased := r.forward(ctx, sub, q); chased.Rcode == dns.RcodeSuccess {
+			var buf [policy.MaxChain]string
+			if chased, _ := r.forward(ctx, sub, q, buf[:0]); chased.Rcode == dns.RcodeSuccess {
 				m.Answer = append(m.Answer, chased.Answer...)
 			}
 		}

@@ -127,15 +127,14 @@ func (r *Resolver) resolve(ctx context.Context, q *query) *dns.Msg {
 	}
 
 	// 7. record cache, else the forwarders
-	reply := r.forward(ctx, req, q)
+	reply, chain := r.forward(ctx, req, q, sc.chain[:0])
 
-	// 8. the answer's CNAME chain, then its addresses
-	if d.Reason == policy.ReasonDefault {
-		// A chain too long or looping never gets here: forward answers
-		// it SERVFAIL, and the record cache does not hold it.
-		if in.Chain, _ = answerChain(qs.Name, reply.Answer, sc.chain[:0]); len(in.Chain) > 0 {
-			policy.DecideInto(d, in, p, v.Categories)
-		}
+	// 8. the answer's CNAME chain, then its addresses. A chain too long or
+	// looping never gets here: forward answers it SERVFAIL, and the record
+	// cache does not hold it.
+	if d.Reason == policy.ReasonDefault && len(chain) > 0 {
+		in.Chain = chain
+		policy.DecideInto(d, in, p, v.Categories)
 	}
 	r.countPolicy(q.shard, d, v.RPZ != nil)
 	if d.Verdict != policy.VerdictAllow {
@@ -210,11 +209,14 @@ func (r *Resolver) countPolicy(sh *stats.Shard, d *policy.Decision, haveRPZ bool
 }
 
 // forward answers an allowed query from the record cache or the
-// forwarders; SERVFAIL when none answers in time.
-func (r *Resolver) forward(ctx context.Context, req *dns.Msg, q *query) *dns.Msg {
+// forwarders; SERVFAIL when none answers in time. It appends the answer's
+// CNAME chain to chain and returns it (step 8 decides its names): a
+// forwarder's answer is cut to that chain before it is cached, so the
+// chain is read once per answer.
+func (r *Resolver) forward(ctx context.Context, req *dns.Msg, q *query, chain []string) (*dns.Msg, []string) {
 	qs := req.Question[0]
 	if unsupportedType(qs.Qtype) {
-		return errorReply(req, dns.RcodeServerFailure)
+		return errorReply(req, dns.RcodeServerFailure), chain
 	}
 	opt := req.IsEdns0()
 	do := opt != nil && opt.Do()
@@ -227,22 +229,24 @@ func (r *Resolver) forward(ctx context.Context, req *dns.Msg, q *query) *dns.Msg
 		m.SetReply(req)
 		m.Rcode, m.AuthenticatedData = ra.Rcode, ra.AuthenticatedData
 		m.Answer, m.Ns = ra.Answer, ra.Ns
-		return m
+		// Stored answers had their chain bounded (below): ok holds.
+		chain, _ = answerChain(qs.Name, m.Answer, chain)
+		return m, chain
 	}
 	q.shard.Inc(stats.CacheMisses)
 	up, err := r.up.Exchange(ctx, req)
 	if err != nil {
 		r.log.Debug("forwarders failed", "name", qs.Name, "type", dns.TypeToString[qs.Qtype], "err", err)
-		return errorReply(req, dns.RcodeServerFailure)
+		return errorReply(req, dns.RcodeServerFailure), chain
 	}
 	cache.EscapeOctets(up.Answer, up.Ns, up.Extra) // packed again, the forwarder's bytes
-	var buf [policy.MaxChain]string
-	chain, ok := answerChain(qs.Name, up.Answer, buf[:0])
+	base := len(chain)
+	chain, ok := answerChain(qs.Name, up.Answer, chain)
 	if !ok {
 		r.log.Debug("CNAME chain too long or looping", "name", qs.Name, "type", dns.TypeToString[qs.Qtype])
-		return errorReply(req, dns.RcodeServerFailure)
+		return errorReply(req, dns.RcodeServerFailure), chain[:base]
 	}
-	scrub(up, qs.Name, qs.Qtype, chain)
+	scrub(up, qs.Name, qs.Qtype, chain[base:])
 	r.records.ClampTTLs(up) // what a hit of the record cache would say
 	_, _ = r.records.Put(key, up, now)
 	// The forwarder's message becomes the reply (Exchange returns a new
@@ -255,7 +259,7 @@ func (r *Resolver) forward(ctx context.Context, req *dns.Msg, q *query) *dns.Msg
 		Rcode: up.Rcode, AuthenticatedData: up.AuthenticatedData}
 	up.Question = req.Question[:1:1]
 	up.Compress = false // the glue and RRSIGs scrub left pass through; the OPT is ours
-	return up
+	return up, chain
 }
 
 // deadlineOnly is a context that is never cancelled (Done is nil, Err is
