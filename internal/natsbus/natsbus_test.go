@@ -130,34 +130,3 @@ func TestBusyPortFailsAtOnce(t *testing.T) {
 		t.Fatalf("the refusal took %v", took)
 	}
 }
-
-// TestUnreachableNamesServer: a publish on a connection that is not
-// connected fails with nats.go's "outbound buffer limit exceeded"
-// (Connect sets no reconnect buffer); Unreachable says which server is
-// unreachable and what waits for it, still wrapping the error. Other
-// errors and nil pass unchanged.
-func TestUnreachableNamesServer(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := "nats://" + l.Addr().String()
-	_ = l.Close() // nothing listens there now
-	nc, err := Connect(url, "test", nil, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	err = Unreachable(nc, nc.Publish("x", nil), "publish x")
-	want := "NATS at " + url + " unreachable; waiting to reconnect to publish x: nats: outbound buffer limit exceeded"
-	if err == nil || err.Error() != want || !errors.Is(err, nats.ErrReconnectBufExceeded) {
-		t.Fatalf("got %v, want %q", err, want)
-	}
-	other := errors.New("refused")
-	if got := Unreachable(nc, other, "publish x"); got != other {
-		t.Fatalf("another error became %v", got)
-	}
-	if got := Unreachable(nc, nil, "publish x"); got != nil {
-		t.Fatalf("nil became %v", got)
-	}
-}
