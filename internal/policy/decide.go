@@ -50,12 +50,6 @@ const (
 	ReasonDefault      Reason = "default"
 )
 
-// Steps lists the steps of the evaluation order (docs/policy.md).
-func Steps() []Reason {
-	return []Reason{ReasonFilteringOff, ReasonAllowlist, ReasonRPZ, ReasonBlocklist, ReasonPaused,
-		ReasonSafeSearch, ReasonCategory, ReasonNetwork, ReasonDefault}
-}
-
 // Trace results: what a step found. A step that decided says "match" or
 // names what applied; the rule is Decision.Rule.
 const (
@@ -172,7 +166,7 @@ type Input struct {
 	LookupAlways bool
 }
 
-// Decision is the outcome of Decide.
+// Decision is the outcome of DecideInto.
 type Decision struct {
 	Verdict Verdict
 	Action  Action
@@ -235,14 +229,6 @@ func (d *Decision) trace(step Reason, result string) {
 
 // TraceCap is the capacity a reused Decision.Trace needs: one entry per step.
 const TraceCap = 9
-
-// Decide evaluates in against p (docs/policy.md) and returns a new
-// Decision. The DNS path uses DecideInto with a reused Decision instead.
-func Decide(in Input, p *Policy, cats Categories) Decision {
-	d := Decision{Trace: make([]TraceEntry, 0, TraceCap)}
-	DecideInto(&d, &in, p, cats)
-	return d
-}
 
 // DecideInto evaluates in against p into d, reusing d's Trace and
 // Categories buffers: with room for TraceCap trace entries and the

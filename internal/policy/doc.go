@@ -6,8 +6,8 @@
 //
 // Data flow: identity (readmodel/sessions: ip | username | deviceid →
 // session) → layers (settings.Stack.AppendLayers: global < org < profile <
-// location < username < deviceid) → settings.Merge → Compile, once per
-// distinct set of merged documents (Key), kept in a Cache → Decide, once
+// location < username < deviceid) → settings.Merge → CompileWith, once per
+// distinct set of merged documents (Key), kept in a Cache → DecideInto, once
 // per query, with the categories of readmodel/feeds (*feeds.Set satisfies Categories).
 // Engine runs that whole chain over a View of the node's read models:
 // Evaluate for the simulator (explained, allocating), PolicyFor and

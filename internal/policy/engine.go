@@ -78,7 +78,7 @@ func (nopMetrics) PolicyLookup(bool) {}
 // query's client (ip | username | deviceid) through the subscriber index to
 // a session, the session's settings layers merged and compiled once per
 // distinct set of documents (Key: shared by every session with the same
-// layers), then Decide. The simulator calls Evaluate,
+// layers), then DecideInto. The simulator calls Evaluate,
 // which explains everything; the resolver calls PolicyFor once per query
 // and DecideInto, which allocate nothing once the policy is cached. Both
 // reach the same Policy for the same client, which is what makes "what the

@@ -59,11 +59,9 @@ type Options struct {
 	YouTube string
 }
 
-// Compile compiles an effective document (settings.Merge) with the default
-// options. A nil e compiles the defaults (settings.Merge of no layer).
-func Compile(e *settings.Effective) *Policy { return CompileWith(e, Options{}) }
-
-// CompileWith compiles an effective document with options.
+// CompileWith compiles an effective document (settings.Merge) with
+// options; the zero Options are the defaults. A nil e compiles the
+// defaults (settings.Merge of no layer).
 func CompileWith(e *settings.Effective, o Options) *Policy {
 	if e == nil {
 		e = settings.Merge()

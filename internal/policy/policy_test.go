@@ -53,8 +53,21 @@ func compile(t testing.TB, docs ...string) *Policy {
 		}
 		layers = append(layers, settings.Layer{Name: []string{"global", "org:acme", "profile:1", "location:hq", "username:u", "deviceid:d"}[i], Doc: d})
 	}
-	return Compile(settings.Merge(layers...))
+	return CompileWith(settings.Merge(layers...), Options{})
 }
+
+// decide evaluates in against p into a new Decision, as the DNS path's
+// DecideInto does into a reused one.
+func decide(in Input, p *Policy, cats Categories) Decision {
+	d := Decision{Trace: make([]TraceEntry, 0, TraceCap)}
+	DecideInto(&d, &in, p, cats)
+	return d
+}
+
+// evaluationOrder is the order of the steps docs/policy.md states: a
+// decision no step ends traces each of them, in this order.
+var evaluationOrder = []Reason{ReasonFilteringOff, ReasonAllowlist, ReasonRPZ, ReasonBlocklist, ReasonPaused,
+	ReasonSafeSearch, ReasonCategory, ReasonNetwork, ReasonDefault}
 
 // A Friday, 12:00 in Amsterdam (CET, UTC+1).
 var noon = time.Date(2026, 11, 27, 11, 0, 0, 0, time.UTC)
@@ -109,7 +122,7 @@ func TestSteps(t *testing.T) {
 	for _, c := range stepCases {
 		t.Run(c.name, func(t *testing.T) {
 			c.in.Time = noon
-			d := Decide(c.in, compile(t, c.doc), testCats)
+			d := decide(c.in, compile(t, c.doc), testCats)
 			check(t, d, c.want)
 			if d.Target != c.target {
 				t.Errorf("target %q, want %q", d.Target, c.target)
@@ -119,18 +132,21 @@ func TestSteps(t *testing.T) {
 }
 
 func TestTrace(t *testing.T) {
-	d := Decide(Input{Domain: "example.com", Time: noon}, compile(t, `{}`), testCats)
+	d := decide(Input{Domain: "example.com", Time: noon}, compile(t, `{}`), testCats)
 	var steps []Reason
 	for _, e := range d.Trace {
 		steps = append(steps, e.Step)
 	}
-	if !slices.Equal(steps, Steps()) {
-		t.Fatalf("trace steps %v, want %v", steps, Steps())
+	if !slices.Equal(steps, evaluationOrder) {
+		t.Fatalf("trace steps %v, want %v", steps, evaluationOrder)
+	}
+	if len(steps) != TraceCap {
+		t.Errorf("%d steps, TraceCap %d", len(steps), TraceCap)
 	}
 	if d.Trace[2].Result != ResultNotConfigured {
 		t.Errorf("rpz step %q, want %q", d.Trace[2].Result, ResultNotConfigured)
 	}
-	d = Decide(Input{Domain: "x.ads.example"}, compile(t, `{"blocklist":["ads.example"]}`), nil)
+	d = decide(Input{Domain: "x.ads.example"}, compile(t, `{"blocklist":["ads.example"]}`), nil)
 	if len(d.Trace) != 4 || d.Trace[3] != (TraceEntry{ReasonBlocklist, ResultMatch}) {
 		t.Errorf("trace %v", d.Trace)
 	}
@@ -156,7 +172,7 @@ func TestOrder(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			c.in.Time = noon
-			if d := Decide(c.in, compile(t, c.doc), testCats); d.Reason != c.want {
+			if d := decide(c.in, compile(t, c.doc), testCats); d.Reason != c.want {
 				t.Errorf("reason %s, want %s (trace %v)", d.Reason, c.want, d.Trace)
 			}
 		})
@@ -177,13 +193,13 @@ func TestListMatching(t *testing.T) {
 		"x.b.c.example":     true,
 		"ads.example.org":   false,
 	} {
-		if got := Decide(Input{Domain: name}, p, nil).Reason == ReasonBlocklist; got != blocked {
+		if got := decide(Input{Domain: name}, p, nil).Reason == ReasonBlocklist; got != blocked {
 			t.Errorf("%s: blocked %v, want %v", name, got, blocked)
 		}
 	}
 	// The most specific listed name is the rule.
 	p = compile(t, `{"allowlist":["example.org","www.example.org"]}`)
-	if r := Decide(Input{Domain: "a.www.example.org"}, p, nil).Rule(); r != "allowlist:www.example.org" {
+	if r := decide(Input{Domain: "a.www.example.org"}, p, nil).Rule(); r != "allowlist:www.example.org" {
 		t.Errorf("rule %q", r)
 	}
 }
@@ -217,7 +233,7 @@ func TestSchedules(t *testing.T) {
 		{time.Time{}, "games.example", ReasonDefault, ""},  // no clock: no window
 	}
 	for _, c := range cases {
-		d := Decide(Input{Domain: c.domain, Time: c.t}, p, testCats)
+		d := decide(Input{Domain: c.domain, Time: c.t}, p, testCats)
 		if d.Reason != c.want || d.Rule() != c.rule {
 			t.Errorf("%s %s: %s %q, want %s %q", c.t, c.domain, d.Reason, d.Rule(), c.want, c.rule)
 		}
@@ -246,7 +262,7 @@ func TestSafeSearch(t *testing.T) {
 		"x.www.google.com":         "",
 	}
 	for name, target := range cases {
-		d := Decide(Input{Domain: name}, p, nil)
+		d := decide(Input{Domain: name}, p, nil)
 		if target == "" {
 			if d.Reason != ReasonDefault {
 				t.Errorf("%s: %s, want default", name, d.Reason)
@@ -262,12 +278,12 @@ func TestSafeSearch(t *testing.T) {
 	}
 	// Moderate YouTube.
 	e := settings.Merge(settings.Layer{Name: "global", Doc: &settings.Document{SafeSearch: new(true)}})
-	d := Decide(Input{Domain: "www.youtube.com"}, CompileWith(e, Options{YouTube: YouTubeModerate}), nil)
+	d := decide(Input{Domain: "www.youtube.com"}, CompileWith(e, Options{YouTube: YouTubeModerate}), nil)
 	if d.Target != YouTubeModerate {
 		t.Errorf("moderate: %s", d.Target)
 	}
 	// Off: no rewrite.
-	if d := Decide(Input{Domain: "www.google.com"}, compile(t, `{}`), nil); d.Reason != ReasonDefault {
+	if d := decide(Input{Domain: "www.google.com"}, compile(t, `{}`), nil); d.Reason != ReasonDefault {
 		t.Errorf("safe search off: %s", d.Reason)
 	}
 }
@@ -289,17 +305,17 @@ func TestActions(t *testing.T) {
 	}
 	for _, c := range cases {
 		p := compile(t, `{"blocklist":["ads.example"],"action":`+c.action+`}`)
-		d := Decide(Input{Domain: "ads.example"}, p, nil)
+		d := decide(Input{Domain: "ads.example"}, p, nil)
 		if d.Verdict != VerdictBlock || d.Action != c.want || d.Target != c.target || len(d.A) != c.a || len(d.AAAA) != c.aaaa {
 			t.Errorf("%s: %s %s %q %v %v", c.action, d.Verdict, d.Action, d.Target, d.A, d.AAAA)
 		}
 		// An allow is not answered with the action.
-		if d := Decide(Input{Domain: "example.com"}, p, nil); d.Action != ActionAllow || d.Target != "" || d.A != nil {
+		if d := decide(Input{Domain: "example.com"}, p, nil); d.Action != ActionAllow || d.Target != "" || d.A != nil {
 			t.Errorf("%s: allow answered %s %q %v", c.action, d.Action, d.Target, d.A)
 		}
 	}
 	// The default action.
-	if d := Decide(Input{Domain: "ads.example"}, compile(t, `{"blocklist":["ads.example"]}`), nil); d.Action != ActionNXDomain {
+	if d := decide(Input{Domain: "ads.example"}, compile(t, `{"blocklist":["ads.example"]}`), nil); d.Action != ActionNXDomain {
 		t.Errorf("default action %s", d.Action)
 	}
 }
@@ -307,14 +323,14 @@ func TestActions(t *testing.T) {
 func TestLayers(t *testing.T) {
 	// The org blocks, the device's layer allows it again: most specific wins.
 	p := compile(t, `{}`, `{"blocklist":["ads.example"]}`, `{}`, `{}`, `{}`, `{"filtering":false}`)
-	if d := Decide(Input{Domain: "ads.example"}, p, nil); d.Reason != ReasonFilteringOff {
+	if d := decide(Input{Domain: "ads.example"}, p, nil); d.Reason != ReasonFilteringOff {
 		t.Errorf("reason %s", d.Reason)
 	}
 	if p.Effective().Origin["filtering"] != "deviceid:d" || p.Fingerprint() == "" {
 		t.Errorf("origin %v fingerprint %q", p.Effective().Origin, p.Fingerprint())
 	}
 	// nil compiles the defaults.
-	if d := Decide(Input{Domain: "example.com"}, Compile(nil), nil); d.Reason != ReasonDefault {
+	if d := decide(Input{Domain: "example.com"}, CompileWith(nil, Options{}), nil); d.Reason != ReasonDefault {
 		t.Errorf("defaults: %s", d.Reason)
 	}
 }
@@ -322,21 +338,21 @@ func TestLayers(t *testing.T) {
 func TestCategories(t *testing.T) {
 	p := compile(t, `{"blocked_categories":[3]}`)
 	// The blocked one of several categories is the rule; all are reported.
-	d := Decide(Input{Domain: "both.example"}, p, testCats)
+	d := decide(Input{Domain: "both.example"}, p, testCats)
 	if d.Reason != ReasonCategory || d.Rule() != "category:3 feed=threats key=both.example" || len(d.Categories) != 2 {
 		t.Errorf("%s %q %v", d.Reason, d.Rule(), d.Categories)
 	}
 	// Not blocked: reported, allowed.
-	d = Decide(Input{Domain: "games.example"}, p, testCats)
+	d = decide(Input{Domain: "games.example"}, p, testCats)
 	if d.Reason != ReasonDefault || len(d.Categories) != 1 || d.Matched != -1 {
 		t.Errorf("%s %v %d", d.Reason, d.Categories, d.Matched)
 	}
 	// LookupAlways reports categories when an earlier step decides.
 	p = compile(t, `{"blocklist":["bad.example"]}`)
-	if d := Decide(Input{Domain: "bad.example"}, p, testCats); len(d.Categories) != 0 {
+	if d := decide(Input{Domain: "bad.example"}, p, testCats); len(d.Categories) != 0 {
 		t.Errorf("looked up without LookupAlways: %v", d.Categories)
 	}
-	if d := Decide(Input{Domain: "bad.example", LookupAlways: true}, p, testCats); len(d.Categories) != 1 || d.Reason != ReasonBlocklist {
+	if d := decide(Input{Domain: "bad.example", LookupAlways: true}, p, testCats); len(d.Categories) != 1 || d.Reason != ReasonBlocklist {
 		t.Errorf("LookupAlways: %s %v", d.Reason, d.Categories)
 	}
 }
@@ -352,12 +368,12 @@ func TestNetworks(t *testing.T) {
 		"11.0.0.1":        "",
 		"2001:db9::1":     "",
 	} {
-		d := Decide(Input{Domain: "example.com", AnswerAddr: netip.MustParseAddr(addr)}, p, nil)
+		d := decide(Input{Domain: "example.com", AnswerAddr: netip.MustParseAddr(addr)}, p, nil)
 		if d.Rule() != rule {
 			t.Errorf("%s: rule %q, want %q", addr, d.Rule(), rule)
 		}
 	}
-	if d := Decide(Input{Domain: "example.com"}, p, nil); d.Trace[len(d.Trace)-2].Result != ResultNoAnswer {
+	if d := decide(Input{Domain: "example.com"}, p, nil); d.Trace[len(d.Trace)-2].Result != ResultNoAnswer {
 		t.Errorf("no answer address: %v", d.Trace)
 	}
 }
@@ -375,16 +391,16 @@ func (fakeRPZ) Check(in *Input, d *Decision) bool {
 
 func TestRPZ(t *testing.T) {
 	p := compile(t, `{"blocklist":["rpz.example"]}`)
-	d := Decide(Input{Domain: "rpz.example", RPZ: fakeRPZ{}}, p, nil)
+	d := decide(Input{Domain: "rpz.example", RPZ: fakeRPZ{}}, p, nil)
 	check(t, d, want{VerdictBlock, ActionTruncate, ReasonRPZ, "rpz:zone=ops qname=rpz.example"})
-	d = Decide(Input{Domain: "other.example", RPZ: fakeRPZ{}}, p, nil)
+	d = decide(Input{Domain: "other.example", RPZ: fakeRPZ{}}, p, nil)
 	if d.Trace[2] != (TraceEntry{ReasonRPZ, ResultNoMatch}) || d.Reason != ReasonDefault {
 		t.Errorf("trace %v reason %v", d.Trace, d.Reason)
 	}
 
 	// Over TCP a tcp-only rule does not apply: the later steps decide (here
 	// the blocklist), as PowerDNS resolves such a query normally.
-	d = Decide(Input{Domain: "rpz.example", RPZ: fakeRPZ{}, Transport: TransportTCP}, p, nil)
+	d = decide(Input{Domain: "rpz.example", RPZ: fakeRPZ{}, Transport: TransportTCP}, p, nil)
 	check(t, d, want{VerdictBlock, ActionNXDomain, ReasonBlocklist, "blocklist:rpz.example"})
 	if d.Trace[2] != (TraceEntry{ReasonRPZ, ResultTCPOnly}) {
 		t.Errorf("trace %v", d.Trace)
@@ -411,7 +427,7 @@ func TestDecideIntoAllocs(t *testing.T) {
 func TestCache(t *testing.T) {
 	c := NewCache(128)
 	d1, d2 := &settings.Document{}, &settings.Document{}
-	p1, p2 := Compile(nil), Compile(nil)
+	p1, p2 := CompileWith(nil, Options{}), CompileWith(nil, Options{})
 	k1 := Key{d1}
 	c.Put(&k1, p1)
 	if p, ok := c.Get(&k1); !ok || p != p1 {
@@ -481,7 +497,7 @@ func TestChain(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			in := tc.in
-			d := Decide(in, p, testCats)
+			d := decide(in, p, testCats)
 			check(t, d, tc.want)
 			if d.Via != tc.via {
 				t.Errorf("Via %q, want %q", d.Via, tc.via)
@@ -508,12 +524,12 @@ func TestChain(t *testing.T) {
 
 	// Filtering off: nothing of the chain is looked at.
 	off := compile(t, `{"filtering":false,"blocked_categories":[3]}`)
-	check(t, Decide(Input{Domain: "x.example", Chain: []string{"bad.example"}}, off, testCats),
+	check(t, decide(Input{Domain: "x.example", Chain: []string{"bad.example"}}, off, testCats),
 		want{VerdictAllow, ActionAllow, ReasonFilteringOff, "filtering:false"})
 
 	// The RPZ sees each chain name, and the caller's Input is left as given.
 	in := Input{Domain: "x.example", Path: "/p", Chain: []string{"rpz.example"}, RPZ: fakeRPZ{}}
-	d := Decide(in, p, testCats)
+	d := decide(in, p, testCats)
 	check(t, d, want{VerdictBlock, ActionTruncate, ReasonRPZ, "rpz:zone=ops qname=rpz.example via CNAME rpz.example"})
 	var dd Decision
 	DecideInto(&dd, &in, p, testCats)
@@ -523,7 +539,7 @@ func TestChain(t *testing.T) {
 
 	// The category of the chain name that decided follows the query
 	// name's; an allowed chain name's are dropped.
-	d = Decide(Input{Domain: "games.example", Chain: []string{"cdn.example", "download.bad.example"}, LookupAlways: true}, p, testCats)
+	d = decide(Input{Domain: "games.example", Chain: []string{"cdn.example", "download.bad.example"}, LookupAlways: true}, p, testCats)
 	if len(d.Categories) != 2 || d.Categories[0].Code != 7 || d.Matched != 1 || d.Categories[1].Code != 3 {
 		t.Errorf("categories %v, matched %d", d.Categories, d.Matched)
 	}

@@ -97,10 +97,3 @@ func buildSafeNames() map[string]safeName {
 	add(EngineYouTube, YouTubeStrict, youTubeNames...)
 	return m
 }
-
-// SafeSearchTarget returns the engine and the safe name for name under
-// safe search with YouTube strict, and whether name is an engine's name.
-func SafeSearchTarget(name string) (engine, target string, ok bool) {
-	e, ok := safeNames[name]
-	return e.engine, e.target, ok
-}

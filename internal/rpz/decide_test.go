@@ -7,7 +7,7 @@ import (
 	"github.com/svc-pf/svc-pf/internal/settings"
 )
 
-// TestDecideStep3: through policy.Decide, an RPZ hit ends the evaluation
+// TestDecideStep3: through the policy's evaluation (policy.DecideInto), an RPZ hit ends the evaluation
 // at step 3 with reason rpz: after the allowlist, before the blocklist; a
 // PASSTHRU allows and the blocklist is not consulted.
 func TestDecideStep3(t *testing.T) {
@@ -21,7 +21,7 @@ tcp.example      CNAME rpz-tcp-only.
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := policy.Compile(settings.Merge(settings.Layer{Name: settings.LayerGlobal, Doc: doc}))
+	p := policy.CompileWith(settings.Merge(settings.Layer{Name: settings.LayerGlobal, Doc: doc}), policy.Options{})
 	snap := NewSnapshot(z)
 	tests := []struct {
 		name    string
@@ -44,7 +44,7 @@ tcp.example      CNAME rpz-tcp-only.
 		{"pass.example", nil, policy.ReasonBlocklist, policy.VerdictBlock, policy.ActionNXDomain, "blocklist:pass.example", ResultNoAction, policy.ResultNotConfigured},
 	}
 	for _, tc := range tests {
-		d := policy.Decide(policy.Input{Domain: tc.name, RPZ: tc.rpz}, p, nil)
+		d := evaluate(policy.Input{Domain: tc.name, RPZ: tc.rpz}, p, nil)
 		if d.Reason != tc.reason || d.Verdict != tc.verdict || d.Action != tc.action || d.Rule() != tc.rule {
 			t.Errorf("%s: %s %s %s %q; want %s %s %s %q", tc.name, d.Reason, d.Verdict, d.Action, d.Rule(), tc.reason, tc.verdict, tc.action, tc.rule)
 		}
@@ -61,9 +61,17 @@ tcp.example      CNAME rpz-tcp-only.
 			t.Errorf("%s: rpz trace %q, want %q (trace %v)", tc.name, step, tc.rpzStep, d.Trace)
 		}
 	}
-	if d := policy.Decide(policy.Input{Domain: "garden.example", RPZ: snap}, p, nil); len(d.A) != 1 || d.A[0].String() != "192.0.2.80" {
+	if d := evaluate(policy.Input{Domain: "garden.example", RPZ: snap}, p, nil); len(d.A) != 1 || d.A[0].String() != "192.0.2.80" {
 		t.Errorf("local data A %v", d.A)
 	}
+}
+
+// evaluate evaluates in against p into a new Decision, as the DNS path's
+// policy.DecideInto does into a reused one.
+func evaluate(in policy.Input, p *policy.Policy, cats policy.Categories) policy.Decision {
+	d := policy.Decision{Trace: make([]policy.TraceEntry, 0, policy.TraceCap)}
+	policy.DecideInto(&d, &in, p, cats)
+	return d
 }
 
 func TestResultOf(t *testing.T) {

@@ -6,7 +6,7 @@
 // Data flow: node config `rpz:` ([]ZoneConfig) → New loads each zone file
 // (Parse: miekg/dns's zone parser, then the RPZ subset this package
 // supports) → an immutable Snapshot of all zones, published through an
-// atomic pointer → policy.Decide step 3 calls Snapshot.Check through the
+// atomic pointer → policy.DecideInto step 3 calls Snapshot.Check through the
 // policy.RPZ interface (Set.RPZ gives the value for policy.View.RPZ). The
 // simulator and the resolver read the same Set, so a simulation sees the
 // zones DNS uses. Set.Run polls each file's identity, size and mtime and

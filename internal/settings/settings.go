@@ -5,7 +5,7 @@
 //
 // Data flow: orgmanager REST (Parse) → orgstore → deploy → KV "settings" →
 // readmodel/settings (Parse again: the same rule) → Merge, once per
-// (session, settings version) → policy.Decide. It is a leaf: no I/O.
+// (session, settings version) → policy.DecideInto. It is a leaf: no I/O.
 package settings
 
 import (
