@@ -2,7 +2,7 @@
 //
 // Place in the data flow:
 //
-//	UDP socket → dnswire.ParseQuery → client address → policy fingerprint
+//	UDP socket → (*dnswire.Query).Parse → client address → policy fingerprint
 //	  → Packet.Get ── hit → dnswire.PatchHeader → write          (the fast path)
 //	       └ miss → pipeline: Record.Get ── miss → upstream → Record.Put
 //	                          → policy applied to the records → reply → Packet.Put

@@ -36,11 +36,11 @@ func parse(t testing.TB, cq clientQuery) *dnswire.Query {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q, err := dnswire.ParseQuery(b)
-	if err != nil {
+	q := new(dnswire.Query)
+	if err := q.Parse(b); err != nil {
 		t.Fatal(err)
 	}
-	return &q
+	return q
 }
 
 func key(t testing.TB, q *dnswire.Query, fingerprint string) *cache.PacketKey {

@@ -200,7 +200,12 @@ func (e *packetEntry) expired(now int64) bool {
 	return now-e.born >= e.life
 }
 
-// ageTTLs is dnswire.AgeTTLs over the offsets as stored in an entry.
+// ageTTLs subtracts elapsed seconds from every TTL at offs (the entry's
+// TTL offsets, two big-endian bytes each, as Put stores them), stopping at
+// 0: a hit reports how much longer each record may be cached, as a
+// recursor that had asked upstream at the time of the hit would. A TTL
+// can reach 0 before its entry expires: a SERVFAIL lives servfail_ttl
+// whatever the TTLs of the records it carries.
 func ageTTLs(msg, offs []byte, elapsed uint32) {
 	for i := 0; i+2 <= len(offs); i += 2 {
 		o := int(binary.BigEndian.Uint16(offs[i:]))

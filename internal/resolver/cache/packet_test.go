@@ -195,7 +195,7 @@ func TestPacketPutLifetime(t *testing.T) {
 			name: "truncated",
 			answer: func(q clientQuery) []byte {
 				b := reply(t, q, 0, []dns.RR{a(60)}, nil)
-				dnswire.SetTC(b)
+				b[2] |= byte(dnswire.FlagTC >> 8)
 				return b
 			},
 			wantErr: cache.NotCachedTruncated,

@@ -149,25 +149,6 @@ func soaMinimum(msg []byte, off, end int) (uint32, bool) {
 	return m, true
 }
 
-// AgeTTLs subtracts elapsed seconds from every TTL at offs, stopping at 0:
-// a cache hit reports how much longer each record may be cached, as a
-// recursor that had asked upstream at the time of the hit would.
-func AgeTTLs(msg []byte, offs []uint16, elapsed uint32) {
-	if elapsed == 0 {
-		return
-	}
-	for _, o := range offs {
-		p := msg[int(o) : int(o)+4 : int(o)+4]
-		ttl := binary.BigEndian.Uint32(p)
-		if ttl > elapsed {
-			ttl -= elapsed
-		} else {
-			ttl = 0
-		}
-		binary.BigEndian.PutUint32(p, ttl)
-	}
-}
-
 // ClampTTLs writes CapTTL of every TTL at offs, so that a client never
 // caches a record longer than this server's cache would.
 func ClampTTLs(msg []byte, offs []uint16, maxTTL uint32) {

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/miekg/dns"
+
+	"github.com/svc-pf/svc-pf/internal/resolver/dnswire"
 )
 
 // query packs a query the way a stub resolver sends it; each opt adjusts the
@@ -39,6 +41,14 @@ func withOption(o dns.EDNS0) func(*dns.Msg) {
 }
 
 func withFlags(f func(*dns.Msg)) func(*dns.Msg) { return f }
+
+// parseQuery parses b into a new Query, as a socket worker's reused one
+// would be.
+func parseQuery(b []byte) (dnswire.Query, error) {
+	var q dnswire.Query
+	err := q.Parse(b)
+	return q, err
+}
 
 func mustRR(t testing.TB, s string) dns.RR {
 	t.Helper()

@@ -58,7 +58,7 @@ func InZone(name, zone []byte) bool {
 // trailing dot and with the escapes miekg/dns writes (a backslash before
 // . space ' @ ; ( ) " \ and \DDD for bytes outside printable ASCII), so that
 // logs and the slow path see the same text for the same name. It stops at a
-// compression pointer or a malformed label; call it on names ParseQuery
+// compression pointer or a malformed label; call it on names (*Query).Parse
 // accepted.
 func AppendNameText(dst, name []byte) []byte {
 	if len(name) == 0 || name[0] == 0 {

@@ -8,7 +8,7 @@ const (
 	MaxNameLen = 255 // a wire name, root label included
 	MaxMsgLen  = 65535
 
-	// MaxReplyLen is the longest reply AppendError or AppendTruncated write:
+	// MaxReplyLen is the longest reply AppendError writes:
 	// header, the longest question, and an OPT record without options. A dst
 	// with this capacity is never grown.
 	MaxReplyLen = HeaderLen + MaxNameLen + 4 + optRRLen
@@ -143,13 +143,6 @@ type Query struct {
 	end     uint16 // offset after the last section parsed
 	raw     []byte
 	name    [MaxNameLen + 1]byte // lower-cased copy of the question name; one spare byte so that lowerASCII works in whole words
-}
-
-// ParseQuery parses a client query. See (*Query).Parse.
-func ParseQuery(b []byte) (Query, error) {
-	var q Query
-	err := q.Parse(b)
-	return q, err
 }
 
 // Parse parses the client query b into q, reusing q (a server keeps one per

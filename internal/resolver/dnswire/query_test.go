@@ -150,7 +150,7 @@ func TestParseQueryAccepts(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			q, err := dnswire.ParseQuery(tt.pkt)
+			q, err := parseQuery(tt.pkt)
 			if err != nil {
 				t.Fatalf("ParseQuery: %v", err)
 			}
@@ -200,7 +200,7 @@ func TestParseQueryRejects(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			q, err := dnswire.ParseQuery(tt.pkt)
+			q, err := parseQuery(tt.pkt)
 			var pe dnswire.ParseError
 			if !errors.As(err, &pe) || pe != tt.want {
 				t.Fatalf("err = %v, want %v", err, tt.want)

@@ -2,21 +2,6 @@ package dnswire
 
 import "encoding/binary"
 
-// SetID writes the message id: a cached answer carries the id of the query
-// that filled the cache, and every hit must carry its own client's.
-func SetID(msg []byte, id uint16) {
-	if len(msg) >= 2 {
-		binary.BigEndian.PutUint16(msg, id)
-	}
-}
-
-// SetTC sets the truncation bit, telling a UDP client to retry over TCP.
-func SetTC(msg []byte) {
-	if len(msg) >= HeaderLen {
-		msg[2] |= byte(FlagTC >> 8)
-	}
-}
-
 // PatchHeader makes a cached answer the reply to q: the id, and the RD bit,
 // which RFC 1035 §4.1.1 says is copied from the query (the answer in the
 // cache may have been made for a client that set it differently). CD is part
@@ -59,19 +44,12 @@ func CopyQuestionCase(msg, clientName []byte) bool {
 // q may come from a failed parse: whatever it holds (at least the header,
 // when the error was not a Drop) is used.
 func AppendError(dst []byte, q *Query, rcode int, udpSize uint16) []byte {
-	return appendReply(dst, q, rcode, 0, udpSize)
+	return appendReply(dst, q, rcode, udpSize)
 }
 
-// AppendTruncated appends an empty NOERROR reply with TC set: the answer to
-// a UDP query whose cached answer does not fit the client's payload size, or
-// a policy that wants the client on TCP.
-func AppendTruncated(dst []byte, q *Query, udpSize uint16) []byte {
-	return appendReply(dst, q, RcodeSuccess, FlagTC, udpSize)
-}
-
-func appendReply(dst []byte, q *Query, rcode int, extra Flags, udpSize uint16) []byte {
+func appendReply(dst []byte, q *Query, rcode int, udpSize uint16) []byte {
 	// Opcode, RD and CD are echoed; RA because this is a recursor.
-	flags := FlagQR | FlagRA | extra | Flags(rcode&0xF) |
+	flags := FlagQR | FlagRA | Flags(rcode&0xF) |
 		q.Flags&(0xF<<11|FlagRD|FlagCD)
 	var qd, ar uint16
 	if q.HasQuestion() {
