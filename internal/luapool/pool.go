@@ -96,9 +96,8 @@ type Pool struct {
 	timeout    time.Duration
 	metrics    Metrics
 	logger     *slog.Logger
-	size       int
 
-	idle      chan *worker // free workers; capacity size, so returning one never blocks
+	idle      chan *worker // free workers; capacity Config.Workers, so returning one never blocks
 	closed    chan struct{}
 	closeOnce sync.Once
 }
@@ -177,7 +176,6 @@ func newPool(cfg Config, metrics Metrics) (*Pool, error) {
 		timeout:    timeout,
 		metrics:    metrics,
 		logger:     cfg.Logger,
-		size:       cfg.Workers,
 		idle:       make(chan *worker, cfg.Workers),
 		closed:     make(chan struct{}),
 	}
@@ -225,10 +223,6 @@ func compile(name string, src []byte) (proto *lua.FunctionProto, err error) {
 	}
 	return proto, nil
 }
-
-// Workers is the number of workers (constant for the pool's life: a worker
-// that is abandoned is replaced).
-func (p *Pool) Workers() int { return p.size }
 
 // Call runs the entry script's global function fn with arg (nil: no
 // argument) on a free worker and returns its first result converted to Go

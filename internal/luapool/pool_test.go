@@ -151,12 +151,13 @@ func TestNewFromFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := newTestPool(t, Config{Workers: 2, File: file, Source: []byte("ignored(")}, "")
-	if p.Workers() != 2 {
-		t.Errorf("Workers() = %d", p.Workers())
-	}
 	v, err := p.Call(context.Background(), "hello", map[string]any{"name": "svc-pf"})
 	if err != nil || v != "hello svc-pf" {
 		t.Fatalf("Call = %v, %v", v, err)
+	}
+	// No call running: every worker the config asked for is idle.
+	if n := len(p.idle); n != 2 {
+		t.Errorf("%d idle workers, want 2", n)
 	}
 }
 
@@ -346,8 +347,9 @@ function count() calls = calls + 1; return calls end
 	if v, err := callWithin(t, p, context.Background(), "count", nil); err != nil || v != int64(1) {
 		t.Fatalf("count on the replacement = %v, %v", v, err)
 	}
-	if p.Workers() != 1 {
-		t.Errorf("Workers() = %d", p.Workers())
+	// The replacement went back to the idle set: the pool kept its size.
+	if n := len(p.idle); n != 1 {
+		t.Errorf("%d idle workers, want 1", n)
 	}
 }
 

@@ -114,17 +114,3 @@ func lastAddr(p netip.Prefix) netip.Addr {
 	}
 	return netip.AddrFrom16(b)
 }
-
-// comparePrefix orders prefixes like their keys.
-func comparePrefix(a, b netip.Prefix) int {
-	if a.Addr().Is4() != b.Addr().Is4() {
-		if a.Addr().Is4() {
-			return -1
-		}
-		return 1
-	}
-	if c := a.Addr().Compare(b.Addr()); c != 0 {
-		return c
-	}
-	return a.Bits() - b.Bits()
-}

@@ -6,6 +6,9 @@ import (
 	"testing"
 )
 
+// TestKeyRoundTripAndOrder: keys decode to their prefix, and byte order of
+// keys is netip's order of masked prefixes (IPv4 before IPv6, then address,
+// then length), the order the API lists CIDRs in.
 func TestKeyRoundTripAndOrder(t *testing.T) {
 	ps := []netip.Prefix{
 		netip.MustParsePrefix("0.0.0.0/0"),
@@ -26,7 +29,7 @@ func TestKeyRoundTripAndOrder(t *testing.T) {
 			t.Fatalf("decodeKey(prefixKey(%s)) = %s, %v", p, got, err)
 		}
 		if i > 0 {
-			if string(prefixKey(ps[i-1])) >= string(k) || comparePrefix(ps[i-1], p) >= 0 {
+			if string(prefixKey(ps[i-1])) >= string(k) || ps[i-1].Compare(p) >= 0 {
 				t.Fatalf("%s does not sort before %s", ps[i-1], p)
 			}
 		}

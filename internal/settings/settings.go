@@ -309,15 +309,8 @@ func parseNetworks(field string, v json.RawMessage) ([]netip.Prefix, error) {
 		}
 		out = append(out, p.Masked())
 	}
-	slices.SortFunc(out, comparePrefix)
+	slices.SortFunc(out, netip.Prefix.Compare) // masked: family, address, length
 	return slices.Compact(out), nil
-}
-
-func comparePrefix(a, b netip.Prefix) int {
-	if c := a.Addr().Compare(b.Addr()); c != 0 {
-		return c
-	}
-	return a.Bits() - b.Bits()
 }
 
 func parseProfile(field string, v json.RawMessage) (int, error) {
