@@ -232,6 +232,9 @@ func StartAll(ctx context.Context, cfg AllConfig, v Version, log *slog.Logger) (
 	if a.IPMapper, err = StartIPMapper(cfg.IPMapper, ncMapper, v, log); err != nil {
 		return fail(err)
 	}
+	// The IP Mapper's writes are the ones a store that refuses them stops
+	// (nats-server then only lets them time out): its /health says why.
+	a.IPMapper.natsStore = srv.StoreError
 	ncOrg, err := connect(cfg.OrgManager.NATS.URL, "svc-pf orgmanager")
 	if err != nil {
 		return fail(err)

@@ -122,6 +122,10 @@ type IPMapper struct {
 	server  *httpapi.Server
 	log     *slog.Logger
 	loadErr atomic.Pointer[error]
+	// natsStore is the embedded NATS server's store error under svc-pf
+	// all (natsbus.Embedded.StoreError), nil with an external server: set
+	// by StartAll before Run serves /health.
+	natsStore func() error
 }
 
 // StartIPMapper builds the IP Mapper and binds its HTTP listener; Run loads
@@ -146,6 +150,12 @@ func StartIPMapper(cfg IPMapperConfig, nc *nats.Conn, v Version, log *slog.Logge
 	httpapi.MountStandard(router, httpapi.StandardConfig{
 		Service: "ipmapper", Version: string(v), Gatherer: reg,
 		Ready: func() error {
+			// First: the cause a write timeout below would not say.
+			if m.natsStore != nil {
+				if err := m.natsStore(); err != nil {
+					return fmt.Errorf("NATS store failing writes (disk full?): %w", err)
+				}
+			}
 			ha := svc.HA()
 			switch ha.Role {
 			case ipmapper.RoleActive:
@@ -196,7 +206,8 @@ func StartIPMapper(cfg IPMapperConfig, nc *nats.Conn, v Version, log *slog.Logge
 	return m, nil
 }
 
-// Addr is the health/metrics listener's address.
+// Addr is the health/metrics listener's address: how a program that
+// embeds the IP Mapper learns the port the kernel chose for ":0".
 func (m *IPMapper) Addr() net.Addr { return m.server.Addr() }
 
 // Run starts the IP Mapper (retrying while NATS or JetStream is not

@@ -70,7 +70,8 @@ func StartNode(cfg NodeConfig, n *node.Node, reg *prometheus.Registry, v Version
 	return ln, nil
 }
 
-// Addr is the node listener's address.
+// Addr is the node listener's address: how a program that embeds the node
+// learns the port the kernel chose for ":0".
 func (n *Node) Addr() net.Addr { return n.server.Addr() }
 
 // Run follows the read models and serves until ctx ends.

@@ -233,7 +233,8 @@ func StartOrgManager(ctx context.Context, cfg OrgManagerConfig, nc *nats.Conn, v
 		ping: ping, awaitMapper: cfg.AwaitIPMapper}, nil
 }
 
-// Addr is the HTTP listener's address.
+// Addr is the HTTP listener's address: how a program that embeds the
+// orgmanager learns the port the kernel chose for ":0".
 func (o *OrgManager) Addr() net.Addr { return o.server.Addr() }
 
 // Run serves until ctx ends, then stops the deploy workers and closes the

@@ -248,7 +248,8 @@ func StartSimulator(cfg SimulatorConfig, n *node.Node, reg *prometheus.Registry,
 	return s, nil
 }
 
-// Addr is the listener's address.
+// Addr is the listener's address: how a program that embeds the simulator
+// learns the port the kernel chose for ":0".
 func (s *Simulator) Addr() net.Addr { return s.server.Addr() }
 
 // Run refreshes the info payload every second and serves until ctx ends.

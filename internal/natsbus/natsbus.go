@@ -141,7 +141,7 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 // even an error reply, so clients only see timeouts — every later write,
 // also once space is free again, until the stream is reopened. The
 // embedded server reopens it itself (see heal); this says why writes fail
-// meanwhile.
+// meanwhile (svc-pf all's IP Mapper reports it on /health).
 func (e *Embedded) StoreError() error {
 	if p := e.storeErr.Load(); p != nil {
 		return errors.New(*p)
@@ -214,7 +214,9 @@ func freeBytes(dir string) (uint64, error) {
 // ClientURL is the nats:// URL clients connect to.
 func (e *Embedded) ClientURL() string { return e.srv.ClientURL() }
 
-// Port is the listening port, to restart a server on the same address.
+// Port is the listening port: how a program that embeds the server learns
+// the port the kernel chose for Port 0, e.g. to restart a server on the
+// same address.
 func (e *Embedded) Port() int {
 	_, p, err := net.SplitHostPort(e.srv.Addr().String())
 	if err != nil {
