@@ -2,6 +2,8 @@ package resolver_test
 
 import (
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -175,13 +177,22 @@ pass.rpz.test CNAME rpz-passthru.
 bad.test CNAME rpz-passthru.
 `
 
+// rpzSnapshot loads rpzZone as a node does: a zone file named in the
+// config, loaded by rpz.New.
 func rpzSnapshot(t testing.TB) policy.RPZ {
 	t.Helper()
-	z, err := rpz.Parse(strings.NewReader(rpzZone), rpz.ParseOptions{Name: "operator"})
+	file := filepath.Join(t.TempDir(), "operator.rpz")
+	if err := os.WriteFile(file, []byte(rpzZone), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	set, err := rpz.New(rpz.Config{Zones: []rpz.ZoneConfig{{Name: "operator", File: file}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return rpz.NewSnapshot(z)
+	if err := set.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return set.RPZ()
 }
 
 // TestRPZ: each RPZ action answers as PowerDNS does and moves its

@@ -34,7 +34,7 @@ var checkCases = []struct{ name, domain string }{
 // TestCheckDoesNotAllocate: Check runs for every DNS query.
 func TestCheckDoesNotAllocate(t *testing.T) {
 	z := mustParse(t, "bench", benchZoneText(10_000))
-	s := NewSnapshot(z)
+	s := newSnapshot(z)
 	var d policy.Decision
 	for _, c := range checkCases {
 		in := policy.Input{Domain: c.domain}
@@ -56,7 +56,7 @@ func BenchmarkCheck(b *testing.B) {
 		b.Fatalf("%d triggers", z.Stats().Triggers)
 	}
 	s := &Set{}
-	s.cur.Store(NewSnapshot(z))
+	s.cur.Store(newSnapshot(z))
 	var d policy.Decision
 	for _, c := range checkCases {
 		in := policy.Input{Domain: c.domain}

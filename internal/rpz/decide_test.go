@@ -22,7 +22,7 @@ tcp.example      CNAME rpz-tcp-only.
 		t.Fatal(err)
 	}
 	p := policy.CompileWith(settings.Merge(settings.Layer{Name: settings.LayerGlobal, Doc: doc}), policy.Options{})
-	snap := NewSnapshot(z)
+	snap := newSnapshot(z)
 	tests := []struct {
 		name    string
 		rpz     policy.RPZ

@@ -29,6 +29,12 @@ func mustParse(t testing.TB, name, body string) *Zone {
 	return z
 }
 
+// newSnapshot is the zones as one policy.RPZ, checked in the order given,
+// as a Set publishes the zones it loaded.
+func newSnapshot(zones ...*Zone) *Snapshot {
+	return &Snapshot{zones: zones}
+}
+
 // decide runs r's Check for one name as policy's step 3 would.
 func decide(r policy.RPZ, name string) (policy.Decision, bool) {
 	var d policy.Decision
@@ -206,7 +212,7 @@ a.example     CNAME .
 x.b.example   CNAME .
 c.example     CNAME rpz-drop.
 `)
-	s := NewSnapshot(first, second)
+	s := newSnapshot(first, second)
 	tests := []struct {
 		name, rule string
 		verdict    policy.Verdict

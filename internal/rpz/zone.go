@@ -217,13 +217,6 @@ type Snapshot struct {
 	zones []*Zone
 }
 
-// NewSnapshot returns the zones as one policy.RPZ, checked in the order
-// given. Set publishes its own; this serves tests and tools that parse
-// zones themselves.
-func NewSnapshot(zones ...*Zone) *Snapshot {
-	return &Snapshot{zones: append([]*Zone(nil), zones...)}
-}
-
 // Check reports whether a trigger of any zone matches in.Domain (a lower-
 // case A-label; a trailing dot is ignored). The first zone with a match
 // decides, exact beating wildcard inside a zone; it sets d's Verdict,

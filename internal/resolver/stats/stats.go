@@ -435,12 +435,3 @@ func (c *Counters) Lookup(name string) (Item, bool) {
 	var r reading
 	return Item{Name: name, Value: strconv.FormatUint(c.value(&defs[i], &r), 10)}, true
 }
-
-// Names lists every statistic of the API, in its order.
-func Names() []string {
-	out := make([]string, len(defs))
-	for i := range defs {
-		out[i] = defs[i].name
-	}
-	return out
-}
