@@ -90,7 +90,7 @@ type Org struct {
 	UpdatedAt time.Time
 }
 
-// OrgVersion is one entry of ListOrgs.
+// OrgVersion is one entry of OrgVersions.
 type OrgVersion struct {
 	ID      string
 	Version int64
