@@ -48,13 +48,14 @@ func auditText(s string, max int) string {
 // AppendAudit stores one audit record. rec.ID is ignored (the database
 // assigns it); a zero rec.Time is the store's clock. Texts that a database
 // cannot hold are repaired, long ones cut (see auditText): the append never
-// fails because of what a request contained.
+// fails because of what a request contained. Its outcome is not what
+// WriteStatus reports (see writeAside).
 func (s *Store) AppendAudit(ctx context.Context, rec access.AuditRecord) error {
 	at := rec.Time.UnixMicro()
 	if rec.Time.IsZero() {
 		at = s.nowMicros()
 	}
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.writeAside(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO audit
 			(time, token_id, token_name, role, method, path, org, org_version, request_id, status)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
@@ -141,7 +142,7 @@ func (s *Store) PruneAudit(ctx context.Context, before time.Time) (int64, error)
 	var total int64
 	for {
 		var n int64
-		err := s.write(ctx, func(tx *sql.Tx) error {
+		err := s.writeAside(ctx, func(tx *sql.Tx) error {
 			var err error
 			n, err = execAffected(ctx, tx, `DELETE FROM audit WHERE id IN
 				(SELECT id FROM audit WHERE time < $1 ORDER BY time, id LIMIT $2)`, []any{cutoff, pruneBatch})

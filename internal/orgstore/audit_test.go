@@ -198,3 +198,39 @@ func TestAuditAppendFailsWhenTheDatabaseRefusesWrites(t *testing.T) {
 		}
 	})
 }
+
+// TestAuditAppendLeavesWriteStatusAlone: the audit record that follows
+// every API write must not report the database writable after the write
+// itself failed. Before, the record's successful insert (in a table the
+// fault did not touch) cleared the failure at once and /health stayed
+// green.
+func TestAuditAppendLeavesWriteStatusAlone(t *testing.T) {
+	storetest.ForEach(t, func(t *testing.T, dialect string) {
+		ctx := context.Background()
+		url := storetest.URL(t, dialect)
+		s := storetest.OpenConfig(t, orgstore.Config{URL: url})
+		if _, err := s.PutOrg(ctx, "acme"); err != nil {
+			t.Fatal(err)
+		}
+		fault := map[string]string{
+			storetest.SQLite: `CREATE TRIGGER fault BEFORE UPDATE ON orgs BEGIN SELECT RAISE(ABORT, 'disk on fire'); END`,
+			storetest.Postgres: `CREATE FUNCTION fault() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'disk on fire'; END $$;
+				CREATE TRIGGER fault BEFORE UPDATE ON orgs FOR EACH ROW EXECUTE FUNCTION fault()`,
+		}[dialect]
+		if _, err := rawDB(t, dialect, url).Exec(fault); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.PutOrg(ctx, "acme"); err == nil {
+			t.Fatal("the write under the fault succeeded")
+		}
+		if err := s.AppendAudit(ctx, access.AuditRecord{Method: "PUT", Path: "/org/acme", Org: "acme", Status: 500}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.PruneAudit(ctx, time.Now().Add(-time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.WriteStatus(); err == nil || !strings.Contains(err.Error(), "disk on fire") {
+			t.Fatalf("WriteStatus after the failed write and the audit's append: %v, want the failure", err)
+		}
+	})
+}
