@@ -138,19 +138,16 @@ func (s *Store) writeTx(ctx context.Context, fn func(tx *sql.Tx) error, commit, 
 	return nil
 }
 
-// noteWrite records the outcome of a write and reports whether it was a
-// failure of the database (as opposed to a refusal of the input, or the
-// caller giving up).
-func (s *Store) noteWrite(ctx context.Context, err error) bool {
+// noteWrite records the outcome of a write for WriteStatus: a success, or
+// a failure of the database (a refusal of the input, or the caller giving
+// up, says nothing about the database and leaves it unchanged).
+func (s *Store) noteWrite(ctx context.Context, err error) {
 	switch {
 	case err == nil:
 		s.health.set(nil)
-		return false
-	case !databaseFailure(ctx, err):
-		return false
+	case databaseFailure(ctx, err):
+		s.health.set(err)
 	}
-	s.health.set(err)
-	return true
 }
 
 // databaseFailure reports whether err, returned by a write, says the
