@@ -30,6 +30,10 @@ type NewToken struct {
 // database: who (the token, never its secret), what (method and path),
 // on which organisation and to which version, and how it ended.
 type AuditRecord struct {
+	// ID is assigned by the store when the record is appended (ignored
+	// there); records read back carry it, and AuditQuery.Before takes it
+	// as the cursor of the next page.
+	ID         int64
 	Time       time.Time // UTC
 	TokenID    string
 	TokenName  string
@@ -42,12 +46,19 @@ type AuditRecord struct {
 	Status     int
 }
 
-// AuditQuery selects audit records, newest first.
+// AuditQuery selects audit records, newest first (by time, then by ID).
 type AuditQuery struct {
 	Org   string    // empty: every organisation (admin only)
 	Since time.Time // zero: from the beginning
 	Limit int
+	// Before, when not 0, is the ID of the last record of the previous
+	// page: only records older than it are returned.
+	Before int64
 }
+
+// AuditUnauthenticated is the role an audit record carries when the write
+// reached the API without a verified caller (auth.mode none).
+const AuditUnauthenticated Role = "unauthenticated"
 
 type principalKey struct{}
 

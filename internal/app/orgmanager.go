@@ -6,13 +6,16 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/svc-pf/svc-pf/docs"
+	"github.com/svc-pf/svc-pf/internal/access"
 	"github.com/svc-pf/svc-pf/internal/deploy"
 	"github.com/svc-pf/svc-pf/internal/httpapi"
 	"github.com/svc-pf/svc-pf/internal/ipmapper/mapperclient"
@@ -58,6 +61,13 @@ type OrgSettingsConfig struct {
 	Replicas int `yaml:"replicas"`
 }
 
+// OrgAuditConfig is the orgmanager's `audit` section.
+type OrgAuditConfig struct {
+	// Retention is how long audit records are kept: older ones are
+	// deleted hourly. 0 keeps them for good.
+	Retention time.Duration `yaml:"retention"`
+}
+
 // OrgManagerConfig is the orgmanager's whole configuration file.
 type OrgManagerConfig struct {
 	HTTP     httpapi.Config    `yaml:"http"`
@@ -67,6 +77,7 @@ type OrgManagerConfig struct {
 	Sessions OrgSessionsConfig `yaml:"sessions"`
 	Settings OrgSettingsConfig `yaml:"settings"`
 	Deploy   DeployConfig      `yaml:"deploy"`
+	Audit    OrgAuditConfig    `yaml:"audit"`
 
 	// AwaitIPMapper bounds how long Run holds the first deploy until the
 	// IP Mapper answers (not a file key). `svc-pf all` sets it: its IP
@@ -127,6 +138,9 @@ func (c *OrgManagerConfig) Validate() error {
 	if d.RetryMax < d.RetryMin {
 		errs = append(errs, errors.New("deploy.retry_max must not be below deploy.retry_min"))
 	}
+	if c.Audit.Retention < 0 {
+		errs = append(errs, errors.New("audit.retention must not be negative (0 keeps the audit for good)"))
+	}
 	return errors.Join(errs...)
 }
 
@@ -134,6 +148,7 @@ func (c *OrgManagerConfig) Validate() error {
 type OrgManager struct {
 	store    *orgstore.Store
 	deployer *deploy.Deployer
+	auditor  *access.Auditor
 	server   *httpapi.Server
 	log      *slog.Logger
 	// ping asks the IP Mapper whether it answers (nil without one);
@@ -222,14 +237,25 @@ func StartOrgManager(ctx context.Context, cfg OrgManagerConfig, nc *nats.Conn, v
 		},
 		Links: map[string]string{"API (OpenAPI 3)": "/openapi.yaml", "API reference": "https://github.com/svc-pf/svc-pf/blob/main/docs/orgmanager.md"},
 	})
-	server, err := httpapi.Listen(cfg.HTTP, router, log)
+	// Every write through the listener is audited. The console records
+	// its own writes (it knows what a form did), so its paths are left out.
+	auditor, err := access.NewAuditor(access.AuditorConfig{
+		Store: store, Retention: cfg.Audit.Retention, RequestID: httpapi.RequestID,
+		Skip:   func(r *http.Request) bool { return r.URL.Path == "/ui" || strings.HasPrefix(r.URL.Path, "/ui/") },
+		Logger: log, Registerer: reg,
+	})
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	server, err := httpapi.Listen(cfg.HTTP, auditor.Handler(router), log)
 	if err != nil {
 		store.Close()
 		return nil, err
 	}
 	log.Info("orgmanager listening", "address", server.Addr().String(), "database", redactURL(cfg.Database.URL),
 		"ip_mapper", nc != nil, "sessions_bucket", cfg.Sessions.Bucket)
-	return &OrgManager{store: store, deployer: deployer, server: server, log: log, writeProbeInterval: writeProbeEvery,
+	return &OrgManager{store: store, deployer: deployer, auditor: auditor, server: server, log: log, writeProbeInterval: writeProbeEvery,
 		ping: ping, awaitMapper: cfg.AwaitIPMapper}, nil
 }
 
@@ -242,7 +268,11 @@ func (o *OrgManager) Addr() net.Addr { return o.server.Addr() }
 func (o *OrgManager) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	deployed, probed := make(chan struct{}), make(chan struct{})
+	deployed, probed, pruned := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(pruned)
+		o.auditor.Run(ctx) // the audit's retention
+	}()
 	go func() {
 		defer close(deployed)
 		// Writes are served meanwhile: they wait in the deploy queue.
@@ -257,6 +287,7 @@ func (o *OrgManager) Run(ctx context.Context) error {
 	cancel()
 	<-deployed
 	<-probed
+	<-pruned
 	return errors.Join(err, o.store.Close())
 }
 

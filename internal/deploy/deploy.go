@@ -71,7 +71,7 @@ func (Discard) Publish(context.Context, Diff) error { return nil }
 type Store interface {
 	ReadOverrides(ctx context.Context, org string, d orgstore.Detail) (orgstore.View, error)
 	NextRevision(ctx context.Context, org string) (int64, error)
-	ListOrgs(ctx context.Context) ([]orgstore.OrgVersion, error)
+	OrgVersions(ctx context.Context) ([]orgstore.OrgVersion, error)
 	// The deletes whose clean is pending: a restart must not forget them.
 	DeletedOrgs(ctx context.Context) ([]orgstore.DeletedOrg, error)
 	DeletedOrg(ctx context.Context, org string) (orgstore.DeletedOrg, bool, error)
@@ -249,7 +249,7 @@ type storeLister struct {
 }
 
 func (l storeLister) listOrgs(ctx context.Context) ([]orgstore.OrgVersion, []orgstore.DeletedOrg, error) {
-	orgs, err := l.store.ListOrgs(ctx)
+	orgs, err := l.store.OrgVersions(ctx)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -112,7 +112,8 @@ func TestMethodsAndUnknownPaths(t *testing.T) {
 			}
 			r.errorText(t)
 		}
-		for _, p := range []string{"/org", "/org/", "/org/acme/nothing", "/org/acme/overrides/10.0.0.0/8", "/nothing"} {
+		// GET /org is the organisations' listing (listing_test.go).
+		for _, p := range []string{"/org/", "/org/acme/nothing", "/org/acme/overrides/10.0.0.0/8", "/nothing"} {
 			h.must(404, "GET", p, nil).errorText(t)
 		}
 		// Paths not in clean form are not redirected (the client would

@@ -45,6 +45,8 @@ type Store interface {
 	GlobalSettings(ctx context.Context) (orgstore.GlobalSettings, error)
 	PutGlobalSettings(ctx context.Context, doc *settings.Document) (int64, error)
 	DeleteGlobalSettings(ctx context.Context) (int64, error)
+
+	ListingStore
 }
 
 // Deployer is what the API needs from the deploy pipeline.
@@ -107,6 +109,7 @@ func (a *API) Register(r *httpapi.Router) {
 	r.Handle(http.MethodPost, "/org/{org}/overrides/batch", a.org(a.postBatch))
 	r.Handle(http.MethodGet, "/org/{org}/effective-ranges", a.org(a.effectiveRanges))
 	a.registerSettings(r)
+	a.registerListing(r)
 }
 
 type orgHandler func(w http.ResponseWriter, r *http.Request, org string)

@@ -22,7 +22,7 @@ import (
 var scopeParams = []string{"profile", "location", "username", "deviceid"}
 
 func (a *API) registerSettings(r *httpapi.Router) {
-	r.Handle(http.MethodGet, "/org/{org}/settings", a.org(a.getSettings))
+	r.Handle(http.MethodGet, "/org/{org}/settings", a.org(a.getSettingsOrList))
 	r.Handle(http.MethodPut, "/org/{org}/settings", a.org(a.putSettings))
 	r.Handle(http.MethodDelete, "/org/{org}/settings", a.org(a.deleteSettings))
 	r.Handle(http.MethodGet, "/org/{org}/settings/effective", a.org(a.effectiveSettings))

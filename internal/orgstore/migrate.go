@@ -66,8 +66,19 @@ func loadMigrations(fsys fs.FS, dialect string) ([]migration, error) {
 // SQLite: the transaction is BEGIN IMMEDIATE, so concurrent starters queue on
 // the write lock. PostgreSQL: DDL is transactional and an advisory lock taken
 // first makes a concurrent starter wait, then find the work done.
+//
+// Every file not recorded is applied, whatever its place: versions need
+// not be contiguous, and one below the highest applied (a migration that
+// arrived with a merge after a later one was applied, say 0004 after 0005)
+// is applied too. Migrations therefore must not depend on the order of
+// files written on different branches.
 func migrate(ctx context.Context, db *sql.DB, dialect string, nowMicros int64) error {
-	ms, err := loadMigrations(migrationFiles, dialect)
+	return migrateFS(ctx, db, migrationFiles, dialect, nowMicros)
+}
+
+// migrateFS is migrate with the migrations read from fsys.
+func migrateFS(ctx context.Context, db *sql.DB, fsys fs.FS, dialect string, nowMicros int64) error {
+	ms, err := loadMigrations(fsys, dialect)
 	if err != nil {
 		return err
 	}

@@ -93,9 +93,10 @@ func (s *Store) DeleteOrg(ctx context.Context, id string) error {
 	})
 }
 
-// ListOrgs returns every organisation with its version, ordered by id (byte
-// order). The deploy step's version scanner walks it.
-func (s *Store) ListOrgs(ctx context.Context) ([]OrgVersion, error) {
+// OrgVersions returns every organisation with its version, ordered by id
+// (byte order). The deploy step's version scanner walks it. (The API's
+// paginated listing is ListOrgs.)
+func (s *Store) OrgVersions(ctx context.Context) ([]OrgVersion, error) {
 	rows, err := s.reader.QueryContext(ctx, `SELECT id, version, updated_at FROM orgs ORDER BY id`)
 	if err != nil {
 		return nil, fmt.Errorf("orgstore: list organisations: %w", err)

@@ -42,17 +42,17 @@ func TestOrgLifecycle(t *testing.T) {
 		for _, id := range []string{"zeta", "Beta", "beta", "a b c", "ünïcode"} {
 			must[int64](t)(s.PutOrg(ctx, id))
 		}
-		got := must[[]orgstore.OrgVersion](t)(s.ListOrgs(ctx))
+		got := must[[]orgstore.OrgVersion](t)(s.OrgVersions(ctx))
 		wantList := []orgstore.OrgVersion{{ID: "Beta", Version: 1}, {ID: "a b c", Version: 1}, {ID: "acme", Version: 2},
 			{ID: "beta", Version: 1}, {ID: "zeta", Version: 1}, {ID: "ünïcode", Version: 1}}
 		for i := range got {
 			if got[i].UpdatedAt.IsZero() {
-				t.Fatalf("ListOrgs[%d].UpdatedAt is zero", i)
+				t.Fatalf("OrgVersions[%d].UpdatedAt is zero", i)
 			}
 			got[i].UpdatedAt = time.Time{}
 		}
 		if !slices.Equal(got, wantList) {
-			t.Fatalf("ListOrgs = %v, want %v (byte order)", got, wantList)
+			t.Fatalf("OrgVersions = %v, want %v (byte order)", got, wantList)
 		}
 
 		if err := s.DeleteOrg(ctx, "acme"); err != nil {

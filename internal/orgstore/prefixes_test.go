@@ -237,7 +237,7 @@ func assertNoCrossOrgOverlap(t *testing.T, s *orgstore.Store) {
 		p   netip.Prefix
 	}
 	var all []owned
-	for _, o := range must[[]orgstore.OrgVersion](t)(s.ListOrgs(ctx)) {
+	for _, o := range must[[]orgstore.OrgVersion](t)(s.OrgVersions(ctx)) {
 		_, ps := must2(t)(s.Prefixes(ctx, o.ID))
 		for _, p := range ps {
 			all = append(all, owned{o.ID, p})

@@ -40,6 +40,11 @@ type queries struct {
 	// PostgreSQL reads wire values natively instead (overrides_pg.go); there,
 	// concatenating on the server would cost more than it saves.
 	packedIdentity string
+	// docBytes is the size in bytes of a settings document (s.doc) without
+	// reading it into the result: SQLite's length() of TEXT counts
+	// characters, so it is asked of the bytes; PostgreSQL's octet_length
+	// reads a large (TOASTed) value's size from its header.
+	docBytes string
 }
 
 // param returns the n-th (1-based, in order of appearance) placeholder of a
@@ -56,12 +61,14 @@ func queriesFor(dialect string) queries {
 		return queries{
 			lockOrg:      `SELECT pk, version FROM orgs WHERE id = $1 FOR UPDATE`,
 			lockPrefixes: `SELECT pg_advisory_xact_lock(` + strconv.Itoa(lockClassPrefixes) + `, hashtext(current_schema()))`,
+			docBytes:     `octet_length(s.doc)`,
 		}
 	}
 	return queries{
 		lockOrg:        `SELECT pk, version FROM orgs WHERE id = $1`,
 		anonymous:      true,
 		packedIdentity: `cidr || username || char(0) || deviceid || char(0) || location || char(0) || trace_id`,
+		docBytes:       `length(CAST(s.doc AS BLOB))`,
 	}
 }
 

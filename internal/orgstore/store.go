@@ -1,7 +1,8 @@
 // Package orgstore is the SQL persistence of the organisation manager: the
 // source of truth for organisations, their IP prefixes and per-CIDR overrides
-// (the organisation API, docs/orgmanager.md), and the subscriber settings
-// documents (docs/policy.md, the settings). The REST handlers write through
+// (the organisation API, docs/orgmanager.md), the subscriber settings
+// documents (docs/policy.md, the settings), and the audit of the writes
+// made through the management APIs. The REST handlers write through
 // it; the deploy step reads consistent views
 // from it and turns them into sessions for the IP Mapper and settings for
 // the nodes. SQLite (pure Go, the embedded default) and PostgreSQL (the
@@ -90,7 +91,7 @@ type Org struct {
 	UpdatedAt time.Time
 }
 
-// OrgVersion is one entry of ListOrgs.
+// OrgVersion is one entry of OrgVersions.
 type OrgVersion struct {
 	ID      string
 	Version int64

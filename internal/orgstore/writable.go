@@ -42,7 +42,7 @@ func (s *Store) ProbeWrite(ctx context.Context) error {
 	return s.writeTx(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, s.probeSQL())
 		return err
-	}, false)
+	}, false, true)
 }
 
 // probeSQL writes without leaving anything: SQLite needs a table in the
@@ -73,12 +73,24 @@ func (s *Store) probeAtOpen(ctx context.Context, path string) error {
 
 // write runs fn in one write transaction and commits it.
 func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	return s.writeTx(ctx, fn, true)
+	return s.writeTx(ctx, fn, true, true)
+}
+
+// writeAside is write for a record kept beside the data (the audit): its
+// outcome is not what WriteStatus reports. Every API write is followed by
+// its audit record, in a table of its own; were that append noted, a
+// database refusing the organisation's write (a broken table, a trigger)
+// would read as writable again a moment later, /health would stay green
+// and the refusal would be invisible. An append that fails is the
+// auditor's to log and count.
+func (s *Store) writeAside(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	return s.writeTx(ctx, fn, true, false)
 }
 
 // writeTx runs fn in one write transaction on a connection of its own,
 // commits it (or rolls it back when !commit: a probe), records the outcome
-// for WriteStatus and discards the connection when the database failed.
+// for WriteStatus (when note) and discards the connection when the
+// database failed.
 //
 // Why discard: database/sql keeps a connection until the driver calls it
 // bad, and the SQLite driver never does. A connection that SQLite opened
@@ -86,14 +98,20 @@ func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
 // to O_RDONLY), so without this every later write would fail, even after the
 // file became writable again, until a restart. A fresh connection costs an
 // open; PostgreSQL's pool simply dials again (and may reach a new primary).
-func (s *Store) writeTx(ctx context.Context, fn func(tx *sql.Tx) error, commit bool) (err error) {
+func (s *Store) writeTx(ctx context.Context, fn func(tx *sql.Tx) error, commit, note bool) (err error) {
 	conn, err := s.writer.Conn(ctx)
 	if err != nil {
-		s.noteWrite(ctx, err)
+		if note {
+			s.noteWrite(ctx, err)
+		}
 		return fmt.Errorf("orgstore: begin: %w", err)
 	}
 	defer func() {
-		if s.noteWrite(ctx, err) {
+		failed := err != nil && databaseFailure(ctx, err)
+		if note {
+			s.noteWrite(ctx, err)
+		}
+		if failed {
 			// Raw returning driver.ErrBadConn makes database/sql close the
 			// connection instead of returning it to the pool.
 			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
@@ -120,19 +138,16 @@ func (s *Store) writeTx(ctx context.Context, fn func(tx *sql.Tx) error, commit b
 	return nil
 }
 
-// noteWrite records the outcome of a write and reports whether it was a
-// failure of the database (as opposed to a refusal of the input, or the
-// caller giving up).
-func (s *Store) noteWrite(ctx context.Context, err error) bool {
+// noteWrite records the outcome of a write for WriteStatus: a success, or
+// a failure of the database (a refusal of the input, or the caller giving
+// up, says nothing about the database and leaves it unchanged).
+func (s *Store) noteWrite(ctx context.Context, err error) {
 	switch {
 	case err == nil:
 		s.health.set(nil)
-		return false
-	case !databaseFailure(ctx, err):
-		return false
+	case databaseFailure(ctx, err):
+		s.health.set(err)
 	}
-	s.health.set(err)
-	return true
 }
 
 // databaseFailure reports whether err, returned by a write, says the
