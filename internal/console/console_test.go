@@ -72,6 +72,13 @@ func TestSignInAndOut(t *testing.T) {
 	if a := b.get("/ui/orgs"); a.status != http.StatusSeeOther {
 		t.Fatalf("after sign-out: %d", a.status)
 	}
+	// A form sent after the session ended: 401 and the sign-in form.
+	must(t, b.post("/ui/orgs", url.Values{"org": {"late"}}), http.StatusUnauthorized, "session has ended", `<label for="token">`)
+	// Neither the token nor the session id reaches the log, which has the
+	// sign-in and every request.
+	if l := e.logs.String(); !strings.Contains(l, "console sign-in") || strings.Contains(l, adminSecret) || strings.Contains(l, sc.Value) {
+		t.Fatalf("log:\n%s", l)
+	}
 	// An off-site next is dropped.
 	b.get("/ui/signin")
 	if a := b.post("/ui/signin", url.Values{"token": {adminSecret}, "next": {"https://evil.example/ui/"}}); a.location != "/ui/orgs" {
@@ -320,7 +327,8 @@ func TestStaticAssets(t *testing.T) {
 	}
 }
 
-// seed makes organisation acme with n overrides (10.x.y.0/24) and m
+// seed makes organisation acme with n overrides (10.x.y.0/24, then
+// 11.x.y.0/24 past 65 536) and m
 // username settings documents.
 func seed(t testing.TB, store *orgstore.Store, n, m int) {
 	t.Helper()
@@ -339,7 +347,7 @@ func seed(t testing.TB, store *orgstore.Store, n, m int) {
 		ops = ops[:0]
 	}
 	for i := range n {
-		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 8), byte(i), 0}), 24)
+		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{10 + byte(i>>16), byte(i >> 8), byte(i), 0}), 24)
 		o := orgstore.Override{CIDR: p}
 		o.Username = fmt.Sprintf("user%d", i)
 		ops = append(ops, orgstore.BatchOp{Override: o})

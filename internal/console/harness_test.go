@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
@@ -19,6 +20,7 @@ import (
 	"github.com/svc-pf/svc-pf/internal/console"
 	"github.com/svc-pf/svc-pf/internal/deploy"
 	"github.com/svc-pf/svc-pf/internal/httpapi"
+	"github.com/svc-pf/svc-pf/internal/natsbus/natstest"
 	"github.com/svc-pf/svc-pf/internal/orgmanager"
 	"github.com/svc-pf/svc-pf/internal/orgstore"
 	"github.com/svc-pf/svc-pf/internal/orgstore/storetest"
@@ -169,6 +171,7 @@ type env struct {
 	store  *orgstore.Store
 	tokens *tokenTable
 	audit  *auditLog
+	logs   *natstest.LogBuffer
 }
 
 const (
@@ -207,12 +210,14 @@ func newEnv(t testing.TB, store *orgstore.Store) *env {
 	tt.add(acmeSecret, access.Principal{TokenID: "acme1", Name: "acme admin", Role: access.RoleOrgAdmin, Org: "acme"})
 	tt.add(viewerSecret, access.Principal{TokenID: "view1", Name: "acme viewer", Role: access.RoleOrgViewer, Org: "acme"})
 	al := &auditLog{}
+	logs := &natstest.LogBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	c, err := console.New(console.Config{Ops: api.Ops(), Auth: tt, Orgs: storeOrgs{store}, Tokens: tt, Audit: al, AuditLog: al,
-		Simulator: simAdapter{sim}})
+		Simulator: simAdapter{sim}, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := httpapi.NewRouter(httpapi.RouterConfig{})
+	r, err := httpapi.NewRouter(httpapi.RouterConfig{Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +235,7 @@ func newEnv(t testing.TB, store *orgstore.Store) *env {
 		<-done
 		sim.Close()
 	})
-	return &env{t: t, base: "http://" + srv.Addr().String(), store: store, tokens: tt, audit: al}
+	return &env{t: t, base: "http://" + srv.Addr().String(), store: store, tokens: tt, audit: al, logs: logs}
 }
 
 // browser is an HTTP client with a cookie jar that does not follow

@@ -193,7 +193,7 @@ func (c *Console) session(w http.ResponseWriter, r *http.Request) (*req, bool) {
 			http.Redirect(w, r, "/ui/signin?next="+urlQueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
 			return nil, false
 		}
-		c.render(w, r, http.StatusUnauthorized, "signin", &page{Title: "Sign in", Error: "Your session has ended: sign in again."})
+		c.renderSignin(w, r, http.StatusUnauthorized, "Your session has ended: sign in again.")
 		return nil, false
 	}
 	return &req{w: w, r: r, p: p, sid: ck.Value, si: si}, true
