@@ -118,12 +118,6 @@ func (s *sessionStore) endToken(tokenID string) {
 	}
 }
 
-func (s *sessionStore) len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.byID)
-}
-
 // cookie builds a cookie of the console: HttpOnly, SameSite=Strict, Secure
 // when the request came over TLS, limited to /ui/.
 func cookie(r *http.Request, name, value string, maxAge int) *http.Cookie {
