@@ -107,7 +107,6 @@ func parseCSV(text string) ([]orgstore.BatchOp, []rowError, error) {
 		if errors.Is(err, io.EOF) {
 			break
 		}
-		line, _ := r.FieldPos(0)
 		if err != nil {
 			var pe *csv.ParseError
 			if errors.As(err, &pe) {
@@ -115,6 +114,8 @@ func parseCSV(text string) ([]orgstore.BatchOp, []rowError, error) {
 			}
 			return nil, nil, err
 		}
+		// Only after a record was read: FieldPos panics after an error.
+		line, _ := r.FieldPos(0)
 		if n == 0 && strings.EqualFold(strings.TrimSpace(rec[0]), "cidr") {
 			continue // the header
 		}
