@@ -120,11 +120,12 @@ func TestBrowser(t *testing.T) {
 	submit("add override", `form[action="/ui/orgs/acme/overrides"]`)
 	expect("table", "alice")
 	expect("table", "active")
+	shot("overrides")
 	// Bad input: the form again, the message by the field.
 	run("bad override", chromedp.SendKeys(chromedp.CSS(`#cidr`), "10.0.0.1/24"))
 	submit("bad override", `form[action="/ui/orgs/acme/overrides"]`)
-	expect("#cidr-error", "")
-	shot("overrides")
+	expect("#cidr-error", "host bits set")
+	shot("override-refused")
 
 	run("settings", chromedp.Navigate(e.base+"/ui/orgs/acme/settings"), chromedp.WaitVisible(chromedp.CSS(`#document`)),
 		chromedp.SetValue(chromedp.CSS(`#scope`), "username"), chromedp.SendKeys(chromedp.CSS(`#value`), "alice"),

@@ -150,7 +150,7 @@ func TestOrganisationsPrefixesOverrides(t *testing.T) {
 	if a := b.post("/ui/orgs/acme/overrides", url.Values{"cidr": {"10.0.0.0/24"}, "username": {"alice"}, "meta": {`{"k":1}`}}); a.status != http.StatusSeeOther {
 		t.Fatalf("override: %d %s", a.status, a.body)
 	}
-	must(t, b.get("/ui/orgs/acme/overrides"), http.StatusOK, "1 overrides", "<code>10.0.0.0/24</code>", "alice", "active")
+	must(t, b.get("/ui/orgs/acme/overrides"), http.StatusOK, "Overrides: 1.", "<code>10.0.0.0/24</code>", "alice", "active")
 	must(t, b.get("/ui/orgs/acme/overrides/edit?cidr=10.0.0.0/24"), http.StatusOK, `value="alice"`)
 
 	// CSV: one bad row and nothing is imported.
@@ -162,7 +162,7 @@ func TestOrganisationsPrefixesOverrides(t *testing.T) {
 	if a := b.post("/ui/orgs/acme/overrides/import", url.Values{"csv": {"10.0.1.0/24,bob\n10.0.2.0/24,carol\n10.0.0.0/24,,,,,1\n"}}); a.status != http.StatusSeeOther {
 		t.Fatalf("import: %d %s", a.status, a.body)
 	}
-	must(t, b.get("/ui/orgs/acme/overrides"), http.StatusOK, "2 overrides", "bob", "carol")
+	must(t, b.get("/ui/orgs/acme/overrides"), http.StatusOK, "Overrides: 2.", "bob", "carol")
 
 	// Delete an override, then the organisation after its confirmation.
 	if a := b.post("/ui/orgs/acme/overrides/delete", url.Values{"cidr": {"10.0.1.0/24"}}); a.status != http.StatusSeeOther {
@@ -191,7 +191,7 @@ func TestOverridesPagination(t *testing.T) {
 	seed(t, store, 250, 0)
 	b := e.browser()
 	b.signIn(adminSecret)
-	a := must(t, b.get("/ui/orgs/acme/overrides"), http.StatusOK, "250 overrides", "10.0.0.0/24", "Next page")
+	a := must(t, b.get("/ui/orgs/acme/overrides"), http.StatusOK, "Overrides: 250.", "10.0.0.0/24", "Next page")
 	if strings.Contains(a.body, "10.0.100.0/24") {
 		t.Fatal("first page too long")
 	}
@@ -220,7 +220,7 @@ func TestSettingsAndEffective(t *testing.T) {
 	if a := b.post("/ui/orgs/acme/settings", url.Values{"scope": {"org"}, "document": {`{"safe_search":true}`}}); a.status != http.StatusSeeOther {
 		t.Fatalf("org settings: %d %s", a.status, a.body)
 	}
-	must(t, b.get("/ui/orgs/acme/settings"), http.StatusOK, "username:alice", "2 settings documents")
+	must(t, b.get("/ui/orgs/acme/settings"), http.StatusOK, "username:alice", "Settings documents: 2.")
 	must(t, b.get("/ui/orgs/acme/settings?scope=username&value=alice"), http.StatusOK, "&#34;blocked_categories&#34;: [")
 	a := must(t, b.get("/ui/orgs/acme/effective?username=alice"), http.StatusOK, "<td>blocked_categories</td><td><code>[3]</code></td><td>username:alice</td>",
 		"<td>safe_search</td><td><code>true</code></td><td>org:acme</td>")
