@@ -38,7 +38,10 @@ func TestOpsRefusals(t *testing.T) {
 		msg    string
 	}{
 		{"bad org", func() error { _, err := ops.PutOrg(ctx, "a/b"); return err }(), 400, "org", "must not contain '/'"},
-		{"host bits", func() error { _, _, err := ops.PutOverride(ctx, "acme", OverrideInput{CIDR: str("10.0.0.1/8")}); return err }(), 400, "cidr", "host bits"},
+		{"host bits", func() error {
+			_, _, err := ops.PutOverride(ctx, "acme", OverrideInput{CIDR: str("10.0.0.1/8")})
+			return err
+		}(), 400, "cidr", "host bits"},
 		{"no cidr", func() error { _, _, err := ops.PutOverride(ctx, "acme", OverrideInput{}); return err }(), 400, "cidr", "missing required field: cidr"},
 		{"long username", func() error {
 			_, _, err := ops.PutOverride(ctx, "acme", OverrideInput{CIDR: str("10.0.0.0/8"), Username: str(strings.Repeat("u", 2000))})
@@ -48,7 +51,10 @@ func TestOpsRefusals(t *testing.T) {
 			_, _, err := ops.PutOverride(ctx, "acme", OverrideInput{CIDR: str("10.0.0.0/8"), Meta: []byte(`[]`)})
 			return err
 		}(), 400, "meta", "meta must be a JSON object"},
-		{"remove", func() error { _, err := ops.PatchPrefixes(ctx, "acme", []string{"10.0.0.0/8"}, []string{"x"}); return err }(), 400, "remove", "remove: "},
+		{"remove", func() error {
+			_, err := ops.PatchPrefixes(ctx, "acme", []string{"10.0.0.0/8"}, []string{"x"})
+			return err
+		}(), 400, "remove", "remove: "},
 		{"no org", func() error { _, err := ops.PatchPrefixes(ctx, "nobody", []string{"10.0.0.0/8"}, nil); return err }(), 404, "", "organisation not found"},
 		{"scope", func() error { _, err := ScopeOf("username", ""); return err }(), 400, "scope", "username must not be empty"},
 		{"document", func() error { _, err := ParseDocument([]byte(`{"filtering":1}`)); return err }(), 400, "document", "filtering"},
