@@ -27,6 +27,7 @@ func BenchmarkPages(b *testing.B) {
 		{"sessions", "/ui/orgs/acme/sessions"},
 		{"tokens", "/ui/tokens"},
 		{"audit", "/ui/audit"},
+		{"global-settings", "/ui/settings"},
 		{"feeds", "/ui/feeds"},
 	} {
 		b.Run(p.name, func(b *testing.B) {

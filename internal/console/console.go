@@ -52,6 +52,9 @@ type Ops interface {
 	PutSettings(ctx context.Context, org string, sc settings.Scope, d *settings.Document) (int64, error)
 	DeleteSettings(ctx context.Context, org string, sc settings.Scope) (int64, error)
 	Effective(ctx context.Context, org string, lq orgstore.LayerQuery) (orgmanager.Effective, error)
+	GlobalSettings(ctx context.Context) (orgstore.GlobalSettings, error)
+	PutGlobalSettings(ctx context.Context, d *settings.Document) (int64, error)
+	DeleteGlobalSettings(ctx context.Context) (int64, error)
 }
 
 var _ Ops = (*orgmanager.Ops)(nil)
@@ -212,6 +215,9 @@ func (c *Console) Register(r *httpapi.Router) {
 	r.Handle(post, "/ui/tokens", c.signed(c.tokenCreate))
 	r.Handle(post, "/ui/tokens/revoke", c.signed(c.tokenRevoke))
 	r.Handle(get, "/ui/audit", c.signed(c.auditPage))
+	r.Handle(get, "/ui/settings", c.signed(c.globalPage))
+	r.Handle(post, "/ui/settings", c.signed(c.globalPost))
+	r.Handle(post, "/ui/settings/delete", c.signed(c.globalDelete))
 	r.Handle(get, "/ui/feeds", c.signed(c.feedsPage))
 }
 

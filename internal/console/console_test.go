@@ -365,3 +365,35 @@ func seed(t testing.TB, store *orgstore.Store, n, m int) {
 		}
 	}
 }
+
+func TestGlobalSettings(t *testing.T) {
+	store := openSQLite(t)
+	e := newEnv(t, store)
+	ctx := context.Background()
+	v := e.browser()
+	v.signIn(acmeSecret)
+	must(t, v.get("/ui/settings"), http.StatusForbidden)
+	must(t, v.post("/ui/settings", url.Values{"document": {"{}"}}), http.StatusForbidden)
+
+	b := e.browser()
+	b.signIn(adminSecret)
+	must(t, b.get("/ui/settings"), http.StatusOK, "No global document")
+	must(t, b.post("/ui/settings", url.Values{"document": {`{"blocklist":[1]}`}}), http.StatusBadRequest, `id="document-error"`, "blocklist")
+	if g, _ := store.GlobalSettings(ctx); g.Doc != nil {
+		t.Fatal("a refused document was written")
+	}
+	if a := b.post("/ui/settings", url.Values{"document": {`{"blocklist":["bad.example"]}`}}); a.status != http.StatusSeeOther {
+		t.Fatalf("global: %d %s", a.status, a.body)
+	}
+	must(t, b.get("/ui/settings"), http.StatusOK, "bad.example", "Version 1.")
+	if _, err := store.PutOrg(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	must(t, b.get("/ui/orgs/acme/effective?username=x"), http.StatusOK, "<td>blocklist</td><td><code>[&#34;bad.example&#34;]</code></td><td>global</td>")
+	if a := b.post("/ui/settings/delete", url.Values{}); a.status != http.StatusSeeOther {
+		t.Fatalf("delete: %d", a.status)
+	}
+	if g, _ := store.GlobalSettings(ctx); g.Doc != nil {
+		t.Fatal("not deleted")
+	}
+}

@@ -766,3 +766,80 @@ func (c *Console) feedsPage(q *req) {
 	pg.Data = d
 	c.render(q.w, q.r, http.StatusOK, "feeds", pg)
 }
+
+// --- the global settings layer (admin) ---
+
+type globalData struct {
+	Exists  bool
+	Version int64
+}
+
+func (c *Console) globalPage(q *req) {
+	if err := q.p.Platform(); err != nil {
+		c.forbidden(q)
+		return
+	}
+	pg := q.page("Global settings", "")
+	c.renderGlobal(q, pg, http.StatusOK, true)
+}
+
+// renderGlobal shows the global layer; fill puts the stored document in
+// the form (not when the form comes back refused).
+func (c *Console) renderGlobal(q *req, pg *page, status int, fill bool) {
+	g, err := c.cfg.Ops.GlobalSettings(q.ctx())
+	if err != nil {
+		c.internal(q.w, q.r, err)
+		return
+	}
+	if fill && g.Doc != nil {
+		pg.Form = url.Values{"document": {indent(g.Doc)}}
+	}
+	pg.Data = globalData{Exists: g.Doc != nil, Version: g.Version}
+	c.render(q.w, q.r, status, "global", pg)
+}
+
+func (c *Console) globalPost(q *req) {
+	if err := q.p.Platform(); err != nil {
+		c.forbidden(q)
+		return
+	}
+	pg := q.page("Global settings", "")
+	pg.Form = q.r.PostForm
+	doc := strings.TrimSpace(q.r.PostForm.Get("document"))
+	if doc == "" {
+		pg.Fields["document"] = "enter a settings document (JSON), {} for an empty one"
+		c.renderGlobal(q, pg, http.StatusBadRequest, false)
+		return
+	}
+	d, err := orgmanager.ParseDocument([]byte(doc))
+	if err != nil {
+		_, msg := orgmanager.StatusOf(err)
+		pg.Fields["document"] = msg
+		c.renderGlobal(q, pg, http.StatusBadRequest, false)
+		return
+	}
+	v, err := c.cfg.Ops.PutGlobalSettings(q.ctx(), d)
+	if err != nil {
+		c.internal(q.w, q.r, err)
+		return
+	}
+	c.done(q, "/ui/settings", "global settings saved", v)
+}
+
+func (c *Console) globalDelete(q *req) {
+	if err := q.p.Platform(); err != nil {
+		c.forbidden(q)
+		return
+	}
+	v, err := c.cfg.Ops.DeleteGlobalSettings(q.ctx())
+	if err != nil {
+		status, msg := orgmanager.StatusOf(err)
+		if status == http.StatusInternalServerError {
+			c.internal(q.w, q.r, err)
+			return
+		}
+		c.renderGlobal(q, q.page("Global settings", msg), status, true)
+		return
+	}
+	c.done(q, "/ui/settings", "global settings deleted", v)
+}
