@@ -1,6 +1,9 @@
 package console
 
 import (
+	"crypto/tls"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 )
@@ -36,5 +39,22 @@ func TestSessionStore(t *testing.T) {
 	}
 	if a == b || len(a) < 43 {
 		t.Errorf("session ids %q %q", a, b)
+	}
+}
+
+// TestCookieSecureOverTLS: the session cookie is Secure when the request
+// came over TLS, and never readable by scripts or sent cross-site.
+func TestCookieSecureOverTLS(t *testing.T) {
+	plain := httptest.NewRequest(http.MethodGet, "http://console.test/ui/", nil)
+	tlsReq := httptest.NewRequest(http.MethodGet, "https://console.test/ui/", nil)
+	tlsReq.TLS = &tls.ConnectionState{}
+	for _, c := range []struct {
+		r      *http.Request
+		secure bool
+	}{{plain, false}, {tlsReq, true}} {
+		ck := cookie(c.r, sessionCookie, "v", 60)
+		if ck.Secure != c.secure || !ck.HttpOnly || ck.SameSite != http.SameSiteStrictMode || ck.Path != Prefix {
+			t.Errorf("TLS %v: %+v", c.secure, ck)
+		}
 	}
 }
