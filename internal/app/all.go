@@ -236,9 +236,8 @@ func StartAll(ctx context.Context, cfg AllConfig, v Version, log *slog.Logger) (
 	if err != nil {
 		return fail(err)
 	}
-	if len(cfg.Simulator.APIKeys) > 0 {
-		cfg.OrgManager.Console.SimulatorAPIKey = cfg.Simulator.APIKeys[0]
-	}
+	// The console's "why" and feeds pages ask this process's simulator.
+	cfg.OrgManager.Console.Simulator = inProcessSimulator{all: a}
 	if a.OrgManager, err = StartOrgManager(ctx, cfg.OrgManager, ncOrg, v, log); err != nil {
 		return fail(err)
 	}

@@ -32,9 +32,44 @@ type ConsoleDeps struct {
 	Tokens   console.Tokens
 	Audit    console.Auditor
 	AuditLog console.AuditReader
-	// SimulatorAPIKey is sent as X-API-Key to the simulator's NATS API
-	// when its api_keys are set.
+	// Simulator answers the "why" and feeds pages; nil reaches the
+	// simulator's NATS API (with SimulatorAPIKey as X-API-Key when its
+	// api_keys are set), when the orgmanager has NATS.
+	Simulator       console.Simulator
 	SimulatorAPIKey string
+}
+
+// inProcessSimulator is the simulator of `svc-pf all`, called in the
+// process. StartAll sets all.Simulator before Run starts any listener, so
+// a request always finds it.
+type inProcessSimulator struct{ all *All }
+
+func (s inProcessSimulator) service() (*simulator.Service, error) {
+	if s.all.Simulator == nil {
+		return nil, errors.New("the simulator has not started")
+	}
+	return s.all.Simulator.Service, nil
+}
+
+func (s inProcessSimulator) Simulate(ctx context.Context, params url.Values) ([]byte, error) {
+	svc, err := s.service()
+	if err != nil {
+		return nil, err
+	}
+	b, err := svc.Simulate(ctx, params)
+	var bad *simulator.BadRequest
+	if errors.As(err, &bad) {
+		return nil, &console.BadInput{Msg: bad.Msg}
+	}
+	return b, err
+}
+
+func (s inProcessSimulator) Info(ctx context.Context) ([]byte, error) {
+	svc, err := s.service()
+	if err != nil {
+		return nil, err
+	}
+	return svc.InfoJSON(ctx)
 }
 
 // newConsole builds the console over the API's own operations.
@@ -46,12 +81,15 @@ func newConsole(cfg OrgManagerConfig, api *orgmanager.API, store *orgstore.Store
 		cc.Simulator = natsSimulator{nc: nc, key: cfg.Console.SimulatorAPIKey, timeout: 10 * time.Second}
 		cc.Sessions = mapper
 	}
+	if cfg.Console.Simulator != nil {
+		cc.Simulator = cfg.Console.Simulator
+	}
 	return console.New(cc)
 }
 
 // natsSimulator reaches the simulator's NATS API (docs/simulator.md,
-// NATS) for the console's "why" and feeds pages; under `svc-pf all` the
-// simulator answering is the one in this process.
+// NATS) for the console's "why" and feeds pages of a standalone
+// orgmanager.
 type natsSimulator struct {
 	nc      *nats.Conn
 	key     string

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -11,7 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/svc-pf/svc-pf/internal/access"
+	"github.com/svc-pf/svc-pf/internal/console"
 	"github.com/svc-pf/svc-pf/internal/readmodel/feeds"
 )
 
@@ -89,5 +93,29 @@ func TestAllConsole(t *testing.T) {
 	}
 	if status, body := get("/ui/feeds"); status != http.StatusOK || !strings.Contains(body, "<td>badware</td>") {
 		t.Fatalf("feeds page: %d\n%s", status, body)
+	}
+
+	// The standalone orgmanager's way to the simulator: its NATS API,
+	// with the API key, a 400 as the form's message.
+	nc, err := nats.Connect(all.NATS.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	ctx := context.Background()
+	sim := natsSimulator{nc: nc, key: "sim-key", timeout: 5 * time.Second}
+	b, err := sim.Simulate(ctx, url.Values{"domain": {"download.7zip.es"}, "username": {"alice"}})
+	if err != nil || !strings.Contains(string(b), `"verdict":"block"`) {
+		t.Fatalf("over NATS: %v %s", err, b)
+	}
+	var bad *console.BadInput
+	if _, err := sim.Simulate(ctx, url.Values{"domain": {"bad..name"}}); !errors.As(err, &bad) {
+		t.Fatalf("a bad domain over NATS: %v", err)
+	}
+	if _, err := (natsSimulator{nc: nc, key: "wrong", timeout: 5 * time.Second}).Simulate(ctx, url.Values{"domain": {"x.example"}}); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Fatalf("a wrong key over NATS: %v", err)
+	}
+	if b, err := sim.Info(ctx); err != nil || !strings.Contains(string(b), "badware") {
+		t.Fatalf("info over NATS: %v %s", err, b)
 	}
 }
