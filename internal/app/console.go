@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/url"
 	"slices"
 	"strings"
@@ -32,6 +33,9 @@ type ConsoleDeps struct {
 	Tokens   console.Tokens
 	Audit    console.Auditor
 	AuditLog console.AuditReader
+	// SignInGuard wraps the console's sign-in POST (the limit on repeated
+	// failures).
+	SignInGuard func(http.HandlerFunc) http.HandlerFunc
 	// Simulator answers the "why" and feeds pages; nil reaches the
 	// simulator's NATS API (with SimulatorAPIKey as X-API-Key when its
 	// api_keys are set), when the orgmanager has NATS.
@@ -76,7 +80,8 @@ func (s inProcessSimulator) Info(ctx context.Context) ([]byte, error) {
 func newConsole(cfg OrgManagerConfig, api *orgmanager.API, store *orgstore.Store, nc *nats.Conn,
 	mapper *mapperclient.Client, log *slog.Logger) (*console.Console, error) {
 	cc := console.Config{Ops: api.Ops(), Auth: cfg.Console.Auth, Orgs: storeOrgs{store: store},
-		Tokens: cfg.Console.Tokens, Audit: cfg.Console.Audit, AuditLog: cfg.Console.AuditLog, Logger: log}
+		Tokens: cfg.Console.Tokens, Audit: cfg.Console.Audit, AuditLog: cfg.Console.AuditLog,
+		SignInGuard: cfg.Console.SignInGuard, Logger: log}
 	if nc != nil {
 		cc.Simulator = natsSimulator{nc: nc, key: cfg.Console.SimulatorAPIKey, timeout: 10 * time.Second}
 		cc.Sessions = mapper

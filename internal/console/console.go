@@ -123,6 +123,10 @@ type Config struct {
 	AuditLog  AuditReader
 	Simulator Simulator
 	Sessions  Sessions
+	// SignInGuard, when set, wraps the sign-in POST: the access layer's
+	// limit on repeated failures from one address (a bad token is
+	// answered 401, as by the API's middleware).
+	SignInGuard func(http.HandlerFunc) http.HandlerFunc
 	// SessionTTL is how long a sign-in lasts (default 12h).
 	SessionTTL time.Duration
 	// MaxSessions bounds the signed-in sessions kept (default 10 000); the
@@ -191,7 +195,11 @@ func (c *Console) Register(r *httpapi.Router) {
 	r.Handle(get, "/ui/{$}", c.redirectHome)
 	r.Handle(get, "/ui/static/{file}", c.serveStatic)
 	r.Handle(get, "/ui/signin", c.signinForm)
-	r.Handle(post, "/ui/signin", c.signin)
+	signin := c.signin
+	if c.cfg.SignInGuard != nil {
+		signin = c.cfg.SignInGuard(signin)
+	}
+	r.Handle(post, "/ui/signin", signin)
 	r.Handle(post, "/ui/signout", c.signed(c.signout))
 	r.Handle(get, "/ui/orgs", c.signed(c.orgList))
 	r.Handle(post, "/ui/orgs", c.signed(c.orgCreate))

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/svc-pf/svc-pf/internal/console"
 	"github.com/svc-pf/svc-pf/internal/orgstore"
 	"github.com/svc-pf/svc-pf/internal/settings"
 )
@@ -395,5 +396,47 @@ func TestGlobalSettings(t *testing.T) {
 	}
 	if g, _ := store.GlobalSettings(ctx); g.Doc != nil {
 		t.Fatal("not deleted")
+	}
+}
+
+// statusRecorder notes the status a handler wrote.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	s.status = code
+	s.ResponseWriter.WriteHeader(code)
+}
+
+// TestSignInGuard: the guard wraps the sign-in POST and sees its 401s, so
+// the access layer's limit on repeated failures applies to the console's
+// sign-in as to the API (here a stand-in that refuses after two).
+func TestSignInGuard(t *testing.T) {
+	failures := 0
+	guard := func(h http.HandlerFunc) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			if failures >= 2 {
+				w.Header().Set("Retry-After", "60")
+				w.WriteHeader(http.StatusTooManyRequests)
+				return
+			}
+			sr := &statusRecorder{ResponseWriter: w}
+			h(sr, r)
+			if sr.status == http.StatusUnauthorized {
+				failures++
+			}
+		}
+	}
+	e := newEnv(t, openSQLite(t), func(c *console.Config) { c.SignInGuard = guard })
+	b := e.browser()
+	for range 2 {
+		b.get("/ui/signin")
+		must(t, b.post("/ui/signin", url.Values{"token": {"wrong"}}), http.StatusUnauthorized)
+	}
+	b.get("/ui/signin")
+	if a := b.post("/ui/signin", url.Values{"token": {adminSecret}}); a.status != http.StatusTooManyRequests {
+		t.Fatalf("third try: %d", a.status)
 	}
 }

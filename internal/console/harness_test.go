@@ -180,7 +180,7 @@ const (
 	viewerSecret = "viewer-secret-0123456789"
 )
 
-func newEnv(t testing.TB, store *orgstore.Store) *env {
+func newEnv(t testing.TB, store *orgstore.Store, tweak ...func(*console.Config)) *env {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	d, err := deploy.New(deploy.Config{Store: store, Publisher: deploy.Discard{}, Workers: 1,
@@ -212,8 +212,12 @@ func newEnv(t testing.TB, store *orgstore.Store) *env {
 	al := &auditLog{}
 	logs := &natstest.LogBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	c, err := console.New(console.Config{Ops: api.Ops(), Auth: tt, Orgs: storeOrgs{store}, Tokens: tt, Audit: al, AuditLog: al,
-		Simulator: simAdapter{sim}, Logger: log})
+	cc := console.Config{Ops: api.Ops(), Auth: tt, Orgs: storeOrgs{store}, Tokens: tt, Audit: al, AuditLog: al,
+		Simulator: simAdapter{sim}, Logger: log}
+	for _, f := range tweak {
+		f(&cc)
+	}
+	c, err := console.New(cc)
 	if err != nil {
 		t.Fatal(err)
 	}
