@@ -43,7 +43,8 @@ Usage:
 
 Commands:
   orgmanager   REST API for organisations, their IP prefixes, per-CIDR overrides and settings documents;
-               deploys sessions to the IP Mapper and settings to the nodes (default config /etc/svc-pf/orgmanager.yaml)
+               deploys sessions to the IP Mapper and settings to the nodes; the web console at /ui/
+               (default config /etc/svc-pf/orgmanager.yaml)
   ipmapper     the IP Mapper: the session table (address → subscriber) as a NATS micro service
                (default config /etc/svc-pf/ipmapper.yaml); "ipmapper sessions" shows what a running one holds
                (--help for its options)
@@ -51,7 +52,8 @@ Commands:
                through Lua workers (default config /etc/svc-pf/simulator.yaml; --test-and-exit)
   resolver     the filtering DNS server (UDP and TCP) and its PowerDNS-compatible statistics API
                (default config /etc/svc-pf/resolver.yaml)
-  all          every service above in one process around an embedded NATS server (default config /etc/svc-pf/all.yaml)
+  all          every service above in one process around an embedded NATS server (default config /etc/svc-pf/all.yaml);
+               the console at http://127.0.0.1:8080/ui/, its admin token in <data_dir>/admin.token
   feed         build a category feed from filter lists, serve feed directories over HTTP, look a name up
   version      print the version
 `

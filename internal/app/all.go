@@ -239,8 +239,14 @@ func StartAll(ctx context.Context, cfg AllConfig, v Version, log *slog.Logger) (
 	if err != nil {
 		return fail(err)
 	}
+	// The console's "why" and feeds pages ask this process's simulator.
+	cfg.OrgManager.Console.Simulator = inProcessSimulator{all: a}
 	if a.OrgManager, err = StartOrgManager(ctx, cfg.OrgManager, ncOrg, v, log); err != nil {
 		return fail(err)
+	}
+	if cfg.OrgManager.Console.Auth != nil {
+		log.Info("console listening", "url", consoleURL(cfg.OrgManager.HTTP, a.OrgManager.Addr()),
+			"admin_token_file", filepath.Join(cfg.DataDir, "admin.token"))
 	}
 	ncNode, err := connect("", "svc-pf node")
 	if err != nil {

@@ -85,6 +85,10 @@ type OrgManagerConfig struct {
 	// serves would fail and log a warning on every start. Past the bound
 	// the deploys start anyway, and their failures are logged as usual.
 	AwaitIPMapper time.Duration `yaml:"-"`
+
+	// Console wires the web console under /ui/ (not file keys); it is
+	// mounted when Console.Auth is set.
+	Console ConsoleDeps `yaml:"-"`
 }
 
 // DefaultOrgManagerConfig is what runs when the file sets nothing.
@@ -190,7 +194,10 @@ func StartOrgManager(ctx context.Context, cfg OrgManagerConfig, nc *nats.Conn, v
 	}
 	var publisher deploy.Publisher = deploy.Discard{}
 	var settingsKV deploy.SettingsKV
-	var ping func(context.Context) error
+	var (
+		ping   func(context.Context) error
+		mapper *mapperclient.Client
+	)
 	if nc != nil {
 		client, err := mapperclient.NewClient(mapperclient.ClientConfig{Conn: nc, Bucket: cfg.Sessions.Bucket, Timeout: cfg.Deploy.PublishTimeout})
 		if err != nil {
@@ -200,6 +207,7 @@ func StartOrgManager(ctx context.Context, cfg OrgManagerConfig, nc *nats.Conn, v
 		// Each says "IP Mapper unreachable: …" or "NATS unreachable: …",
 		// naming the NATS servers, when nothing can answer.
 		publisher = mapperclient.Publisher{Client: client}
+		mapper = client
 		ping = client.Ping
 		if settingsKV, err = natsbus.NewKV(nc, jetstream.KeyValueConfig{Bucket: settings.Bucket, History: 1, Replicas: cfg.Settings.Replicas}); err != nil {
 			store.Close()
@@ -228,6 +236,14 @@ func StartOrgManager(ctx context.Context, cfg OrgManagerConfig, nc *nats.Conn, v
 		return nil, err
 	}
 	api.Register(router)
+	if cfg.Console.Auth != nil {
+		cons, err := newConsole(cfg, api, store, nc, mapper, log)
+		if err != nil {
+			store.Close()
+			return nil, err
+		}
+		cons.Register(router)
+	}
 	docs.Register(router, "orgmanager")
 	httpapi.MountStandard(router, httpapi.StandardConfig{
 		Service: "orgmanager", Version: string(version), Gatherer: reg,

@@ -17,7 +17,7 @@ import (
 // 10 001st item ends the request at once without reading the rest. Keys of
 // the envelope other than data are skipped, as the decoder of every other
 // body does.
-func readBatch(w http.ResponseWriter, r *http.Request) ([]orgstore.BatchOp, []batchError, *httpapi.BodyError) {
+func readBatch(w http.ResponseWriter, r *http.Request) ([]orgstore.BatchOp, []BatchError, *httpapi.BodyError) {
 	dec, err := httpapi.NewBodyDecoder(w, r, maxBatchBody)
 	if err != nil {
 		return nil, nil, asBodyError(err)
@@ -30,7 +30,7 @@ func readBatch(w http.ResponseWriter, r *http.Request) ([]orgstore.BatchOp, []ba
 	}
 	var (
 		ops      []orgstore.BatchOp
-		errs     = []batchError{}
+		errs     = []BatchError{}
 		seenData bool
 	)
 	for dec.More() {
@@ -91,7 +91,7 @@ func inside(err error) *httpapi.BodyError {
 
 // readItems reads the value of data: null (as if absent), or an array of at
 // most maxBatchItems items.
-func readItems(dec *json.Decoder) ([]orgstore.BatchOp, []batchError, *httpapi.BodyError) {
+func readItems(dec *json.Decoder) ([]orgstore.BatchOp, []BatchError, *httpapi.BodyError) {
 	tok, berr := next(dec)
 	if berr != nil {
 		return nil, nil, berr
@@ -103,7 +103,7 @@ func readItems(dec *json.Decoder) ([]orgstore.BatchOp, []batchError, *httpapi.Bo
 		return nil, nil, badRequest("invalid JSON: data must be an array, not " + tokenKind(tok))
 	}
 	ops := []orgstore.BatchOp{}
-	errs := []batchError{}
+	errs := []BatchError{}
 	for i := 0; dec.More(); i++ {
 		if i == maxBatchItems {
 			return nil, nil, badRequest(fmt.Sprintf("batch has more than %d items; the limit is %d", maxBatchItems, maxBatchItems))
@@ -114,7 +114,7 @@ func readItems(dec *json.Decoder) ([]orgstore.BatchOp, []batchError, *httpapi.Bo
 		}
 		op, err := batchOp(raw)
 		if err != nil {
-			be := batchError{Index: i, Error: err.Error()}
+			be := BatchError{Index: i, Error: err.Error()}
 			var ie *inputError
 			if errors.As(err, &ie) && ie.cidr != "" {
 				be.CIDR = &ie.cidr

@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"net/url"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/svc-pf/svc-pf/internal/cidr"
@@ -39,10 +41,10 @@ const (
 // errMissingCIDR is the batch item message for an absent cidr.
 var errMissingCIDR = errors.New("missing required field: cidr")
 
-// overrideInput is an override as clients send it, alone or as a batch
-// item. Pointers tell an absent field from an empty one; unknown fields,
+// OverrideInput is an override as clients send it, alone or as a batch
+// item (the console fills one from a form or a CSV row). Pointers tell an absent field from an empty one; unknown fields,
 // such as the read-only _status a client may echo back, are ignored.
-type overrideInput struct {
+type OverrideInput struct {
 	CIDR     *string         `json:"cidr"`
 	Username *string         `json:"username"`
 	DeviceID *string         `json:"deviceid"`
@@ -61,8 +63,8 @@ type overrideInput struct {
 // while the same bytes in meta (kept raw) were a 400 (issue 11); only the
 // raw value tells. A body that is valid UTF-8 as a whole, the usual case,
 // is decoded once.
-func (in *overrideInput) UnmarshalJSON(b []byte) error {
-	type plain overrideInput // without this method
+func (in *OverrideInput) UnmarshalJSON(b []byte) error {
+	type plain OverrideInput // without this method
 	if err := json.Unmarshal(b, (*plain)(in)); err != nil {
 		return err
 	}
@@ -99,12 +101,27 @@ type inputError struct {
 
 func (e *inputError) Error() string { return e.err.Error() }
 
+// field names the override field at fault, as FieldOf does.
+func (e *inputError) field() string {
+	if e.cidr != "" || errors.Is(e.err, errMissingCIDR) {
+		return "cidr"
+	}
+	if e.err != nil {
+		for _, f := range []string{"username", "deviceid", "location", "meta"} {
+			if strings.Contains(e.err.Error(), f) {
+				return f
+			}
+		}
+	}
+	return ""
+}
+
 // toOverride validates in the API's order: the required cidr, its syntax,
 // length and canonical form, then the other fields. The checks after the
 // CIDR are the store's own (orgstore.PrepareOverride), so a batch item the
 // store would refuse is a per-item error here instead of failing the whole
 // batch in the store, and the store does not run them again.
-func (in *overrideInput) toOverride() (orgstore.Override, error) {
+func (in *OverrideInput) toOverride() (orgstore.Override, error) {
 	if in.CIDR == nil {
 		return orgstore.Override{}, &inputError{err: errMissingCIDR}
 	}
@@ -138,8 +155,8 @@ func (in *overrideInput) toOverride() (orgstore.Override, error) {
 
 // decodeItem decodes one batch item; a type error is a per-item error, not
 // a broken envelope.
-func decodeItem(raw json.RawMessage) (overrideInput, error) {
-	var in overrideInput
+func decodeItem(raw json.RawMessage) (OverrideInput, error) {
+	var in OverrideInput
 	if err := json.Unmarshal(raw, &in); err != nil {
 		var ute *json.UnmarshalTypeError
 		if errors.As(err, &ute) && ute.Field != "" {
@@ -162,7 +179,7 @@ func (p *prefixPatch) parse() (add, remove []netip.Prefix, err error) {
 		for _, s := range list {
 			pf, err := cidr.Parse(s)
 			if err != nil {
-				return nil, fmt.Errorf("%s: %w", name, err)
+				return nil, refused(http.StatusBadRequest, name, fmt.Errorf("%s: %w", name, err))
 			}
 			out = append(out, pf)
 		}

@@ -15,21 +15,21 @@ func TestToOverrideTexts(t *testing.T) {
 	str := func(s string) *string { return &s }
 	c := str("10.0.0.0/8")
 	for _, tc := range []struct {
-		in   overrideInput
+		in   OverrideInput
 		want string
 	}{
-		{overrideInput{CIDR: c, Username: str(strings.Repeat("u", 1025))}, "username longer than 1024 bytes"},
-		{overrideInput{CIDR: c, DeviceID: str("a\x00b")}, "invalid input: deviceid contains a NUL character"},
-		{overrideInput{CIDR: c, Location: str("\xff")}, "invalid input: location is not valid UTF-8"},
+		{OverrideInput{CIDR: c, Username: str(strings.Repeat("u", 1025))}, "username longer than 1024 bytes"},
+		{OverrideInput{CIDR: c, DeviceID: str("a\x00b")}, "invalid input: deviceid contains a NUL character"},
+		{OverrideInput{CIDR: c, Location: str("\xff")}, "invalid input: location is not valid UTF-8"},
 		// The attributes come before meta.
-		{overrideInput{CIDR: c, Username: str("\x00"), Meta: json.RawMessage(`1`)}, "invalid input: username contains a NUL character"},
-		{overrideInput{CIDR: c, Meta: json.RawMessage(`"x"`)}, "meta must be a JSON object"},
+		{OverrideInput{CIDR: c, Username: str("\x00"), Meta: json.RawMessage(`1`)}, "invalid input: username contains a NUL character"},
+		{OverrideInput{CIDR: c, Meta: json.RawMessage(`"x"`)}, "meta must be a JSON object"},
 		// Not an object is said before not UTF-8.
-		{overrideInput{CIDR: c, Meta: json.RawMessage("\"\xff\"")}, "meta must be a JSON object"},
-		{overrideInput{CIDR: c, Meta: json.RawMessage("{\"a\":\"\xff\"}")}, "meta is not valid UTF-8"},
-		{overrideInput{CIDR: c, Meta: json.RawMessage(`{"a":1,}`)}, "meta: invalid character '}' looking for beginning of object key string"},
-		{overrideInput{CIDR: c, Meta: json.RawMessage(`{"k":"` + strings.Repeat("m", orgstore.MaxMetaLen) + `"}`)}, "meta larger than 16384 bytes"},
-		{overrideInput{CIDR: c, Meta: json.RawMessage(`{"trace_id":"\u0000"}`)}, "invalid input: meta.trace_id contains a NUL character"},
+		{OverrideInput{CIDR: c, Meta: json.RawMessage("\"\xff\"")}, "meta must be a JSON object"},
+		{OverrideInput{CIDR: c, Meta: json.RawMessage("{\"a\":\"\xff\"}")}, "meta is not valid UTF-8"},
+		{OverrideInput{CIDR: c, Meta: json.RawMessage(`{"a":1,}`)}, "meta: invalid character '}' looking for beginning of object key string"},
+		{OverrideInput{CIDR: c, Meta: json.RawMessage(`{"k":"` + strings.Repeat("m", orgstore.MaxMetaLen) + `"}`)}, "meta larger than 16384 bytes"},
+		{OverrideInput{CIDR: c, Meta: json.RawMessage(`{"trace_id":"\u0000"}`)}, "invalid input: meta.trace_id contains a NUL character"},
 	} {
 		_, err := tc.in.toOverride()
 		if err == nil || err.Error() != tc.want {
@@ -43,7 +43,7 @@ func TestToOverrideTexts(t *testing.T) {
 func TestToOverrideMeta(t *testing.T) {
 	c := "10.0.0.0/8"
 	for _, meta := range []json.RawMessage{nil, json.RawMessage(`null`)} {
-		o, err := (&overrideInput{CIDR: &c, Meta: meta}).toOverride()
+		o, err := (&OverrideInput{CIDR: &c, Meta: meta}).toOverride()
 		if err != nil || o.Meta != nil || o.TraceID != "" {
 			t.Errorf("meta %q: %+v, %v; want no meta", meta, o, err)
 		}

@@ -37,10 +37,12 @@ type Store interface {
 	ApplyBatch(ctx context.Context, org string, ops []orgstore.BatchOp) (int64, error)
 	ReadOverrides(ctx context.Context, org string, d orgstore.Detail) (orgstore.View, error)
 	ReadOverride(ctx context.Context, org string, cidr netip.Prefix) (orgstore.View, error)
+	OverridesPage(ctx context.Context, org string, after netip.Prefix, limit int) (orgstore.OverridePage, error)
 
 	GetSettings(ctx context.Context, org string, sc settings.Scope) (json.RawMessage, int64, error)
 	PutSettings(ctx context.Context, org string, sc settings.Scope, doc *settings.Document) (int64, error)
 	DeleteSettings(ctx context.Context, org string, sc settings.Scope) (int64, error)
+	ListSettings(ctx context.Context, org string) (int64, []orgstore.ScopedSettings, error)
 	ReadSettingsLayers(ctx context.Context, org string, q orgstore.LayerQuery) (orgstore.SettingsLayers, error)
 	GlobalSettings(ctx context.Context) (orgstore.GlobalSettings, error)
 	PutGlobalSettings(ctx context.Context, doc *settings.Document) (int64, error)
@@ -73,11 +75,11 @@ type Config struct {
 	Logger   *slog.Logger
 }
 
-// API serves the organisation API and its settings endpoints.
+// API serves the organisation API and its settings endpoints: each
+// handler decodes its request, calls one of the Ops and writes the answer.
 type API struct {
-	store  Store
-	deploy Deployer
-	log    *slog.Logger
+	ops *Ops
+	log *slog.Logger
 }
 
 // New returns the API; Register mounts it.
@@ -89,9 +91,11 @@ func New(cfg Config) (*API, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	a := &API{store: cfg.Store, deploy: cfg.Deployer, log: log}
-	return a, nil
+	return &API{ops: &Ops{store: cfg.Store, deploy: cfg.Deployer}, log: log}, nil
 }
+
+// Ops returns the operations the handlers call, for the console.
+func (a *API) Ops() *Ops { return a.ops }
 
 // Register mounts every endpoint of the organisation API, the settings
 // endpoints included, on r.
@@ -126,35 +130,23 @@ func (a *API) org(h orgHandler) http.HandlerFunc {
 	}
 }
 
-// fail maps store errors to their status; anything unexpected is a 500.
+// fail answers an operation's error with its status (StatusOf); anything
+// unexpected is a 500 that names the request.
 func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
-	var overlap *orgstore.OverlapError
-	switch {
-	case errors.Is(err, orgstore.ErrOrgNotFound):
-		httpapi.WriteError(w, http.StatusNotFound, "organisation not found")
-	case errors.Is(err, orgstore.ErrOverrideNotFound):
-		httpapi.WriteError(w, http.StatusNotFound, "override not found")
-	case errors.Is(err, orgstore.ErrSettingsNotFound):
-		httpapi.WriteError(w, http.StatusNotFound, "settings not found")
-	case errors.As(err, &overlap):
-		httpapi.WriteError(w, http.StatusUnprocessableEntity, err.Error())
-	case errors.Is(err, orgstore.ErrInvalidInput):
-		// Text the database cannot hold, such as a NUL character. The input
-		// checks refuse it first; this is the store's own guard.
-		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
-	default:
+	status, msg := StatusOf(err)
+	if status == http.StatusInternalServerError {
 		httpapi.WriteInternal(w, r, a.log, err)
+		return
 	}
+	httpapi.WriteError(w, status, msg)
 }
 
 func setVersion(w http.ResponseWriter, v int64) {
 	w.Header().Set("X-Org-Version", strconv.FormatInt(v, 10))
 }
 
-// written finishes a successful write: the deployer learns of it before the
-// client does, so a read after the response already sees dirty=true.
-func (a *API) written(w http.ResponseWriter, org string, version int64, status int, body any) {
-	a.deploy.Notify(org)
+// written answers a successful write (Ops told the deployer already).
+func written(w http.ResponseWriter, version int64, status int, body any) {
 	setVersion(w, version)
 	if body == nil {
 		w.WriteHeader(status)
@@ -168,12 +160,12 @@ type successBody struct {
 }
 
 func (a *API) putOrg(w http.ResponseWriter, r *http.Request, org string) {
-	v, err := a.store.PutOrg(r.Context(), org)
+	v, err := a.ops.PutOrg(r.Context(), org)
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	a.written(w, org, v, http.StatusOK, successBody{true})
+	written(w, v, http.StatusOK, successBody{true})
 }
 
 type orgBody struct {
@@ -184,7 +176,7 @@ type orgBody struct {
 }
 
 func (a *API) getOrg(w http.ResponseWriter, r *http.Request, org string) {
-	o, err := a.store.GetOrg(r.Context(), org)
+	o, err := a.ops.GetOrg(r.Context(), org)
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -204,21 +196,18 @@ func (a *API) deleteOrg(w http.ResponseWriter, r *http.Request, org string) {
 		httpapi.WriteError(w, http.StatusBadRequest, "deleting an organisation requires ?confirm=true")
 		return
 	}
-	if err := a.store.DeleteOrg(r.Context(), org); err != nil {
+	if err := a.ops.DeleteOrg(r.Context(), org); err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	// The deploy finds the organisation gone and cleans all its sessions.
-	a.deploy.Notify(org)
 	w.WriteHeader(http.StatusNoContent)
 }
 
 func (a *API) redeploy(w http.ResponseWriter, r *http.Request, org string) {
-	if _, err := a.store.GetOrg(r.Context(), org); err != nil {
+	if err := a.ops.Redeploy(r.Context(), org); err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	a.deploy.Redeploy(org)
 	httpapi.WriteJSON(w, http.StatusOK, successBody{true})
 }
 
@@ -227,7 +216,7 @@ type prefixesBody struct {
 }
 
 func (a *API) getPrefixes(w http.ResponseWriter, r *http.Request, org string) {
-	v, prefixes, err := a.store.Prefixes(r.Context(), org)
+	v, prefixes, err := a.ops.Prefixes(r.Context(), org)
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -245,17 +234,12 @@ func (a *API) patchPrefixes(w http.ResponseWriter, r *http.Request, org string) 
 	if !decode(w, r, maxBody, &body) {
 		return
 	}
-	add, remove, err := body.parse()
-	if err != nil {
-		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	v, err := a.store.UpdatePrefixes(r.Context(), org, add, remove)
+	v, err := a.ops.PatchPrefixes(r.Context(), org, body.Add, body.Remove)
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	a.written(w, org, v, http.StatusOK, successBody{true})
+	written(w, v, http.StatusOK, successBody{true})
 }
 
 // decode reads a JSON body of at most limit bytes, answering the 4xx itself
@@ -287,12 +271,8 @@ type overrideBody struct {
 }
 
 func toBody(o orgstore.Override, cov *ranges.Coverage) overrideBody {
-	status := "outside-prefixes"
-	if cov.Covers(o.CIDR) {
-		status = "active"
-	}
 	return overrideBody{CIDR: o.CIDR.String(), Username: o.Username, DeviceID: o.DeviceID, Location: o.Location,
-		Meta: o.Meta, Status: status, MTime: timestamp(o.MTime), CTime: timestamp(o.CTime)}
+		Meta: o.Meta, Status: Status(cov, o.CIDR), MTime: timestamp(o.MTime), CTime: timestamp(o.CTime)}
 }
 
 func (a *API) getOverrides(w http.ResponseWriter, r *http.Request, org string) {
@@ -314,7 +294,7 @@ func (a *API) getOverrides(w http.ResponseWriter, r *http.Request, org string) {
 		httpapi.WriteError(w, http.StatusBadRequest, "fields must be cidr or full")
 		return
 	}
-	view, err := a.store.ReadOverrides(r.Context(), org, detail)
+	view, err := a.ops.Overrides(r.Context(), org, detail)
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -337,12 +317,7 @@ func (a *API) getOverrides(w http.ResponseWriter, r *http.Request, org string) {
 }
 
 func (a *API) getOverride(w http.ResponseWriter, r *http.Request, org, raw string) {
-	p, err := cidr.Parse(raw)
-	if err != nil {
-		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	view, err := a.store.ReadOverride(r.Context(), org, p)
+	view, err := a.ops.Override(r.Context(), org, raw)
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -357,21 +332,16 @@ type postOverrideBody struct {
 }
 
 func (a *API) postOverride(w http.ResponseWriter, r *http.Request, org string) {
-	var in overrideInput
+	var in OverrideInput
 	if !decode(w, r, maxBody, &in) {
 		return
 	}
-	o, err := in.toOverride()
-	if err != nil {
-		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	v, err := a.store.PutOverride(r.Context(), org, o)
+	o, v, err := a.ops.PutOverride(r.Context(), org, in)
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	a.written(w, org, v, http.StatusOK, postOverrideBody{Success: true, CIDR: o.CIDR.String()})
+	written(w, v, http.StatusOK, postOverrideBody{Success: true, CIDR: o.CIDR.String()})
 }
 
 func (a *API) deleteOverride(w http.ResponseWriter, r *http.Request, org string) {
@@ -384,30 +354,12 @@ func (a *API) deleteOverride(w http.ResponseWriter, r *http.Request, org string)
 		httpapi.WriteError(w, http.StatusBadRequest, "missing required parameter: cidr")
 		return
 	}
-	p, err := cidr.Parse(q.Get("cidr"))
-	if err != nil {
-		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	v, err := a.store.DeleteOverride(r.Context(), org, p)
+	v, err := a.ops.DeleteOverride(r.Context(), org, q.Get("cidr"))
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	a.written(w, org, v, http.StatusNoContent, nil)
-}
-
-type batchError struct {
-	Index int     `json:"index"`
-	CIDR  *string `json:"cidr,omitempty"`
-	Error string  `json:"error"`
-}
-
-type batchResult struct {
-	Success   bool         `json:"success"`
-	Processed int          `json:"processed"`
-	Skipped   int          `json:"skipped"`
-	Errors    []batchError `json:"errors"`
+	written(w, v, http.StatusNoContent, nil)
 }
 
 func (a *API) postBatch(w http.ResponseWriter, r *http.Request, org string) {
@@ -416,13 +368,12 @@ func (a *API) postBatch(w http.ResponseWriter, r *http.Request, org string) {
 		httpapi.WriteError(w, berr.Status, berr.Msg)
 		return
 	}
-	v, err := a.store.ApplyBatch(r.Context(), org, ops)
+	res, v, err := a.ops.ApplyBatch(r.Context(), org, ops, errs)
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	res := batchResult{Success: len(errs) == 0, Processed: len(ops), Skipped: len(errs), Errors: errs}
-	a.written(w, org, v, http.StatusOK, res)
+	written(w, v, http.StatusOK, res)
 }
 
 // batchOp turns one batch item into an upsert, or a delete when it says
@@ -432,6 +383,10 @@ func batchOp(raw json.RawMessage) (orgstore.BatchOp, error) {
 	if err != nil {
 		return orgstore.BatchOp{}, err
 	}
+	return in.batchOp()
+}
+
+func (in *OverrideInput) batchOp() (orgstore.BatchOp, error) {
 	if in.Delete != nil && *in.Delete {
 		if in.CIDR == nil {
 			return orgstore.BatchOp{}, &inputError{err: errMissingCIDR}
@@ -464,37 +419,14 @@ func (a *API) effectiveRanges(w http.ResponseWriter, r *http.Request, org string
 		httpapi.WriteError(w, http.StatusBadRequest, "force_latest must be 1 or 0")
 		return
 	}
-	o, err := a.store.GetOrg(r.Context(), org)
+	e, err := a.ops.EffectiveRanges(r.Context(), org, latest)
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	st := a.deploy.Status(org)
-	version, rs := st.Version, st.Ranges
-	if latest {
-		view, err := a.store.ReadOverrides(r.Context(), org, orgstore.Identity)
-		if err != nil {
-			a.fail(w, r, err)
-			return
-		}
-		o.Version = view.Version
-		version, rs = view.Version, deploy.EffectiveRanges(view)
-	}
-	dirty, since := st.Dirty, st.DirtySince
-	if !dirty && (!st.Deployed || st.Version < o.Version) {
-		// A version the deployer has not been told about yet (written by
-		// another instance, or before a restart): dirty since that write,
-		// or since the deployer started when the write is older, as the
-		// deployer itself dates it once its scan finds the version.
-		dirty, since = true, deploy.DirtySince(o.UpdatedAt, st.Started, time.Now())
-	}
-	dirtySince := ""
-	if dirty {
-		dirtySince = timestamp(since)
-	}
-	setVersion(w, o.Version)
+	setVersion(w, e.OrgVersion)
 	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(appendRangesBody(nil, version, dirty, dirtySince, rs))
+	_, _ = w.Write(appendRangesBody(nil, e.Version, e.Dirty, e.DirtySince, e.Ranges))
 }
 
 func timestamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }

@@ -68,25 +68,35 @@ func parseScope(raw string) (settings.Scope, error) {
 		names := slices.Sorted(maps.Keys(q))
 		return settings.Scope{}, fmt.Errorf("at most one scope parameter (profile, location, username or deviceid); got %s", strings.Join(names, " and "))
 	}
+	name, v := "", ""
+	for n, val := range q {
+		name, v = n, val
+	}
+	return scopeOf(name, v)
+}
+
+// scopeOf is one scope parameter's value as a scope ("" the org layer).
+func scopeOf(name, v string) (settings.Scope, error) {
 	sc := settings.Scope{Kind: settings.ScopeOrg}
-	for name, v := range q {
-		if v == "" {
-			return settings.Scope{}, fmt.Errorf("%s must not be empty", name)
+	if name != "" && v == "" {
+		return settings.Scope{}, fmt.Errorf("%s must not be empty", name)
+	}
+	switch name {
+	case "":
+	case "profile":
+		n, err := settings.ParseProfile(v)
+		if err != nil {
+			return settings.Scope{}, err
 		}
-		switch name {
-		case "profile":
-			n, err := settings.ParseProfile(v)
-			if err != nil {
-				return settings.Scope{}, err
-			}
-			sc = settings.Scope{Kind: settings.ScopeProfile, Profile: n}
-		case "location":
-			sc = settings.Scope{Kind: settings.ScopeLocation, Value: v}
-		case "username":
-			sc = settings.Scope{Kind: settings.ScopeUsername, Value: v}
-		case "deviceid":
-			sc = settings.Scope{Kind: settings.ScopeDeviceID, Value: v}
-		}
+		sc = settings.Scope{Kind: settings.ScopeProfile, Profile: n}
+	case "location":
+		sc = settings.Scope{Kind: settings.ScopeLocation, Value: v}
+	case "username":
+		sc = settings.Scope{Kind: settings.ScopeUsername, Value: v}
+	case "deviceid":
+		sc = settings.Scope{Kind: settings.ScopeDeviceID, Value: v}
+	default:
+		return settings.Scope{}, fmt.Errorf("unknown scope %.64q: the scopes are %s", name, strings.Join(scopeParams, ", "))
 	}
 	if err := sc.Validate(); err != nil {
 		return settings.Scope{}, err
@@ -102,18 +112,7 @@ func parseEffectiveQuery(raw string) (orgstore.LayerQuery, error) {
 	if err != nil {
 		return orgstore.LayerQuery{}, err
 	}
-	var lq orgstore.LayerQuery
-	lq.Location, lq.Username, lq.DeviceID = q["location"], q["username"], q["deviceid"]
-	if err := lq.Attributes.Validate(); err != nil {
-		return orgstore.LayerQuery{}, err
-	}
-	if v := q["profile"]; v != "" {
-		if lq.Profile, err = settings.ParseProfile(v); err != nil {
-			return orgstore.LayerQuery{}, err
-		}
-		lq.HasProfile = true
-	}
-	return lq, nil
+	return Subscriber{Location: q["location"], Username: q["username"], DeviceID: q["deviceid"], Profile: q["profile"]}.LayerQuery()
 }
 
 // readDocument reads and validates a settings document body; it answers
@@ -123,7 +122,7 @@ func readDocument(w http.ResponseWriter, r *http.Request) (*settings.Document, b
 	if !decode(w, r, maxBody, &raw) {
 		return nil, false
 	}
-	d, err := settings.Parse(raw)
+	d, err := ParseDocument(raw)
 	if err != nil {
 		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
 		return nil, false
@@ -144,7 +143,7 @@ func (a *API) getSettings(w http.ResponseWriter, r *http.Request, org string) {
 		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	doc, v, err := a.store.GetSettings(r.Context(), org, sc)
+	doc, v, err := a.ops.Settings(r.Context(), org, sc)
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -163,12 +162,12 @@ func (a *API) putSettings(w http.ResponseWriter, r *http.Request, org string) {
 	if !ok {
 		return
 	}
-	v, err := a.store.PutSettings(r.Context(), org, sc, d)
+	v, err := a.ops.PutSettings(r.Context(), org, sc, d)
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	a.written(w, org, v, http.StatusOK, successBody{true})
+	written(w, v, http.StatusOK, successBody{true})
 }
 
 func (a *API) deleteSettings(w http.ResponseWriter, r *http.Request, org string) {
@@ -177,28 +176,12 @@ func (a *API) deleteSettings(w http.ResponseWriter, r *http.Request, org string)
 		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	v, err := a.store.DeleteSettings(r.Context(), org, sc)
+	v, err := a.ops.DeleteSettings(r.Context(), org, sc)
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	a.written(w, org, v, http.StatusNoContent, nil)
-}
-
-// effectiveBody is the answer of GET /org/{org}/settings/effective.
-type effectiveBody struct {
-	// Settings is the merged document: every field set.
-	Settings *settings.Document `json:"settings"`
-	// Origin maps each field to the layer it came from ("default" when no
-	// layer sets it).
-	Origin map[string]string `json:"origin"`
-	// Layers are the merged layers that exist, least specific first.
-	Layers      []string `json:"layers"`
-	Fingerprint string   `json:"fingerprint"`
-	// Profile is the number of the profile layer merged (present or not):
-	// the profile parameter, else the profile the most specific layer
-	// sets; absent when neither names one.
-	Profile *int `json:"profile,omitempty"`
+	written(w, v, http.StatusNoContent, nil)
 }
 
 func (a *API) effectiveSettings(w http.ResponseWriter, r *http.Request, org string) {
@@ -207,68 +190,13 @@ func (a *API) effectiveSettings(w http.ResponseWriter, r *http.Request, org stri
 		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	stored, err := a.store.ReadSettingsLayers(r.Context(), org, lq)
+	e, err := a.ops.Effective(r.Context(), org, lq)
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	// A stored document that does not parse is the store's fault, not the
-	// client's: a 500 (a *FieldError is no ErrInvalidInput).
-	parse := func(layer string, raw json.RawMessage) (*settings.Document, error) {
-		if raw == nil {
-			return nil, nil
-		}
-		d, err := settings.Parse(raw)
-		if err != nil {
-			return nil, fmt.Errorf("stored settings of layer %s: %w", layer, err)
-		}
-		return d, nil
-	}
-	global, err := parse(settings.LayerGlobal, stored.Global)
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	// The one layer rule (settings.Stack), as the nodes apply it.
-	stack := settings.Stack{
-		Global:   settings.Layer{Name: settings.LayerGlobal, Doc: global},
-		Org:      settings.Layer{Name: settings.Scope{Kind: settings.ScopeOrg}.Layer(org)},
-		Profiles: map[int]settings.Layer{},
-		Location: settings.Layer{Name: settings.Scope{Kind: settings.ScopeLocation, Value: lq.Location}.Layer(org)},
-		Username: settings.Layer{Name: settings.Scope{Kind: settings.ScopeUsername, Value: lq.Username}.Layer(org)},
-		DeviceID: settings.Layer{Name: settings.Scope{Kind: settings.ScopeDeviceID, Value: lq.DeviceID}.Layer(org)},
-	}
-	for _, sd := range stored.Docs {
-		d, err := parse(sd.Scope.Layer(org), sd.Doc)
-		if err != nil {
-			a.fail(w, r, err)
-			return
-		}
-		switch sd.Scope.Kind {
-		case settings.ScopeOrg:
-			stack.Org.Doc = d
-		case settings.ScopeProfile:
-			stack.Profiles[sd.Scope.Profile] = settings.Layer{Name: sd.Scope.Layer(org), Doc: d}
-		case settings.ScopeLocation:
-			stack.Location.Doc = d
-		case settings.ScopeUsername:
-			stack.Username.Doc = d
-		case settings.ScopeDeviceID:
-			stack.DeviceID.Doc = d
-		}
-	}
-	body := effectiveBody{Layers: []string{}}
-	if n, ok := stack.Profile(lq.Profile, lq.HasProfile); ok {
-		body.Profile = &n
-	}
-	layers := stack.AppendLayers(make([]settings.Layer, 0, settings.MaxLayers), lq.Profile, lq.HasProfile)
-	e := settings.Merge(layers...)
-	for _, l := range layers {
-		body.Layers = append(body.Layers, l.Name)
-	}
-	body.Settings, body.Origin, body.Fingerprint = &e.Document, e.Origin, e.Fingerprint
-	setVersion(w, stored.Version)
-	httpapi.WriteJSON(w, http.StatusOK, body)
+	setVersion(w, e.Version)
+	httpapi.WriteJSON(w, http.StatusOK, e)
 }
 
 // setSettingsVersion sets X-Settings-Version, the global layer's version
@@ -282,7 +210,7 @@ func (a *API) getGlobalSettings(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	g, err := a.store.GlobalSettings(r.Context())
+	g, err := a.ops.GlobalSettings(r.Context())
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -304,12 +232,12 @@ func (a *API) putGlobalSettings(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	v, err := a.store.PutGlobalSettings(r.Context(), d)
+	v, err := a.ops.PutGlobalSettings(r.Context(), d)
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	a.writtenGlobal(w, v, http.StatusOK, successBody{true})
+	writtenGlobal(w, v, http.StatusOK, successBody{true})
 }
 
 func (a *API) deleteGlobalSettings(w http.ResponseWriter, r *http.Request) {
@@ -317,18 +245,17 @@ func (a *API) deleteGlobalSettings(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	v, err := a.store.DeleteGlobalSettings(r.Context())
+	v, err := a.ops.DeleteGlobalSettings(r.Context())
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	a.writtenGlobal(w, v, http.StatusNoContent, nil)
+	writtenGlobal(w, v, http.StatusNoContent, nil)
 }
 
-// writtenGlobal finishes a successful write of the global layer as written
-// does an organisation's: the deployer learns of it before the client.
-func (a *API) writtenGlobal(w http.ResponseWriter, version int64, status int, body any) {
-	a.deploy.NotifyGlobal()
+// writtenGlobal answers a successful write of the global layer as written
+// does an organisation's (Ops told the deployer already).
+func writtenGlobal(w http.ResponseWriter, version int64, status int, body any) {
 	setSettingsVersion(w, version)
 	if body == nil {
 		w.WriteHeader(status)

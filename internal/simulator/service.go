@@ -399,3 +399,29 @@ func isEmpty(v any) bool {
 	}
 	return false
 }
+
+// Simulate runs the simulate call in-process for params (the HTTP API's
+// parameters) and returns the body the HTTP API would answer; a bad
+// parameter is a *BadRequest. The console's "why" page calls it under
+// `svc-pf all`, where the simulator is in the same process.
+func (s *Service) Simulate(ctx context.Context, params url.Values) ([]byte, error) {
+	r, err := ParseSimulate(params)
+	if err != nil {
+		return nil, err
+	}
+	v, err := s.Do(ctx, CallSimulateUser, r)
+	if err != nil {
+		return nil, err
+	}
+	if b, err := AppendBody(nil, CallSimulateUser, v); err == nil {
+		return b, nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, s.unencodable(CallSimulateUser, err)
+	}
+	return b, nil
+}
+
+// InfoJSON returns the last info payload as JSON.
+func (s *Service) InfoJSON(context.Context) ([]byte, error) { return *s.info.Load(), nil }
