@@ -9,8 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -148,27 +146,18 @@ func (s natsSimulator) Info(ctx context.Context) ([]byte, error) {
 	return s.call(ctx, simulator.NATSInfo, nil)
 }
 
-// storeOrgs lists organisations for the console from the store's list of
-// every organisation, paged here.
+// storeOrgs lists organisations for the console through the store's
+// keyset pages, the ones GET /org reads.
 type storeOrgs struct{ store *orgstore.Store }
 
 func (s storeOrgs) ListOrgs(ctx context.Context, after string, limit int) ([]console.OrgSummary, string, error) {
-	all, err := s.store.ListOrgs(ctx)
+	page, next, err := s.store.ListOrgs(ctx, after, limit)
 	if err != nil {
 		return nil, "", err
 	}
-	slices.SortFunc(all, func(a, b orgstore.OrgVersion) int { return strings.Compare(a.ID, b.ID) })
-	i, _ := slices.BinarySearchFunc(all, after, func(o orgstore.OrgVersion, id string) int { return strings.Compare(o.ID, id) })
-	if i < len(all) && all[i].ID == after {
-		i++
-	}
-	var out []console.OrgSummary
-	for ; i < len(all) && len(out) < limit; i++ {
-		out = append(out, console.OrgSummary{ID: all[i].ID, Version: all[i].Version, UpdatedAt: all[i].UpdatedAt})
-	}
-	next := ""
-	if i < len(all) && len(out) > 0 {
-		next = out[len(out)-1].ID
+	out := make([]console.OrgSummary, len(page))
+	for i, o := range page {
+		out[i] = console.OrgSummary{ID: o.ID, Version: o.Version, UpdatedAt: o.UpdatedAt}
 	}
 	return out, next, nil
 }

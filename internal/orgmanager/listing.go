@@ -116,7 +116,7 @@ func (a *API) listOrgs(w http.ResponseWriter, r *http.Request) {
 	page := orgsPage{Orgs: []orgBody{}}
 	switch {
 	case p.Platform() == nil:
-		orgs, next, err := a.store.ListOrgs(r.Context(), q.After, q.Limit)
+		orgs, next, err := a.ops.store.ListOrgs(r.Context(), q.After, q.Limit)
 		if err != nil {
 			a.fail(w, r, err)
 			return
@@ -132,7 +132,7 @@ func (a *API) listOrgs(w http.ResponseWriter, r *http.Request) {
 		if q.After != "" && p.Org <= q.After {
 			break
 		}
-		o, err := a.store.GetOrg(r.Context(), p.Org)
+		o, err := a.ops.store.GetOrg(r.Context(), p.Org)
 		if errors.Is(err, orgstore.ErrOrgNotFound) {
 			break
 		}
@@ -240,7 +240,7 @@ func (a *API) audit(w http.ResponseWriter, r *http.Request, org string) {
 		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	recs, err := a.store.AuditRecords(r.Context(), access.AuditQuery{Org: org, Since: q.Since, Limit: q.Limit, Before: q.Before})
+	recs, err := a.ops.store.AuditRecords(r.Context(), access.AuditQuery{Org: org, Since: q.Since, Limit: q.Limit, Before: q.Before})
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -309,7 +309,7 @@ func (a *API) listSettings(w http.ResponseWriter, r *http.Request, org string) {
 		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	v, entries, err := a.store.ListSettingsEntries(r.Context(), org)
+	v, entries, err := a.ops.store.ListSettingsEntries(r.Context(), org)
 	if err != nil {
 		a.fail(w, r, err)
 		return
