@@ -68,13 +68,18 @@ var (
 type Config struct {
 	Store    Store
 	Deployer Deployer
-	Logger   *slog.Logger
+	// Tokens serves /tokens; nil leaves those endpoints out. Access to
+	// every endpoint is checked before routing, by the guard the caller
+	// puts on the router with Protected and Authorize.
+	Tokens TokenService
+	Logger *slog.Logger
 }
 
 // API serves the organisation API and its settings endpoints.
 type API struct {
 	store  Store
 	deploy Deployer
+	tokens TokenService
 	log    *slog.Logger
 }
 
@@ -87,7 +92,7 @@ func New(cfg Config) (*API, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	a := &API{store: cfg.Store, deploy: cfg.Deployer, log: log}
+	a := &API{store: cfg.Store, deploy: cfg.Deployer, tokens: cfg.Tokens, log: log}
 	return a, nil
 }
 
@@ -107,6 +112,9 @@ func (a *API) Register(r *httpapi.Router) {
 	r.Handle(http.MethodPost, "/org/{org}/overrides/batch", a.org(a.postBatch))
 	r.Handle(http.MethodGet, "/org/{org}/effective-ranges", a.org(a.effectiveRanges))
 	a.registerSettings(r)
+	if a.tokens != nil {
+		a.registerTokens(r)
+	}
 }
 
 type orgHandler func(w http.ResponseWriter, r *http.Request, org string)
