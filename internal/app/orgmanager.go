@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/svc-pf/svc-pf/docs"
+	"github.com/svc-pf/svc-pf/internal/access"
 	"github.com/svc-pf/svc-pf/internal/deploy"
 	"github.com/svc-pf/svc-pf/internal/httpapi"
 	"github.com/svc-pf/svc-pf/internal/ipmapper/mapperclient"
@@ -67,6 +68,7 @@ type OrgManagerConfig struct {
 	Sessions OrgSessionsConfig `yaml:"sessions"`
 	Settings OrgSettingsConfig `yaml:"settings"`
 	Deploy   DeployConfig      `yaml:"deploy"`
+	Auth     AuthConfig        `yaml:"auth"`
 
 	// AwaitIPMapper bounds how long Run holds the first deploy until the
 	// IP Mapper answers (not a file key). `svc-pf all` sets it: its IP
@@ -93,6 +95,7 @@ func DefaultOrgManagerConfig() OrgManagerConfig {
 			PublishTimeout:       30 * time.Second,
 			MaxDirtyAge:          5 * time.Minute,
 		},
+		Auth: AuthConfig{Mode: AuthTokens, BootstrapTokenFile: defaultDataDir + "/admin.token"},
 	}
 }
 
@@ -127,12 +130,14 @@ func (c *OrgManagerConfig) Validate() error {
 	if d.RetryMax < d.RetryMin {
 		errs = append(errs, errors.New("deploy.retry_max must not be below deploy.retry_min"))
 	}
+	errs = append(errs, validMode(c.Auth.Mode))
 	return errors.Join(errs...)
 }
 
 // OrgManager is a started orgmanager: listener bound, store open.
 type OrgManager struct {
 	store    *orgstore.Store
+	tokens   *access.Tokens
 	deployer *deploy.Deployer
 	server   *httpapi.Server
 	log      *slog.Logger
@@ -202,12 +207,17 @@ func StartOrgManager(ctx context.Context, cfg OrgManagerConfig, nc *nats.Conn, v
 		store.Close()
 		return nil, err
 	}
-	api, err := orgmanager.New(orgmanager.Config{Store: store, Deployer: deployer, Logger: log})
+	tokens, guard, err := orgManagerAuth(ctx, cfg.Auth, store, log)
 	if err != nil {
 		store.Close()
 		return nil, err
 	}
-	router, err := httpapi.NewRouter(httpapi.RouterConfig{Logger: log, Registerer: reg})
+	api, err := orgmanager.New(orgmanager.Config{Store: store, Deployer: deployer, Tokens: tokens, Logger: log})
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	router, err := httpapi.NewRouter(httpapi.RouterConfig{Logger: log, Registerer: reg, Guard: guard.Check})
 	if err != nil {
 		store.Close()
 		return nil, err
@@ -229,12 +239,16 @@ func StartOrgManager(ctx context.Context, cfg OrgManagerConfig, nc *nats.Conn, v
 	}
 	log.Info("orgmanager listening", "address", server.Addr().String(), "database", redactURL(cfg.Database.URL),
 		"ip_mapper", nc != nil, "sessions_bucket", cfg.Sessions.Bucket)
-	return &OrgManager{store: store, deployer: deployer, server: server, log: log, writeProbeInterval: writeProbeEvery,
+	return &OrgManager{store: store, tokens: tokens, deployer: deployer, server: server, log: log, writeProbeInterval: writeProbeEvery,
 		ping: ping, awaitMapper: cfg.AwaitIPMapper}, nil
 }
 
 // Addr is the HTTP listener's address.
 func (o *OrgManager) Addr() net.Addr { return o.server.Addr() }
+
+// Tokens verifies the orgmanager's tokens; `svc-pf all` gives it to the IP
+// Mapper.
+func (o *OrgManager) Tokens() *access.Tokens { return o.tokens }
 
 // Run serves until ctx ends, then stops the deploy workers and closes the
 // store.
@@ -289,6 +303,7 @@ func RunOrgManager(ctx context.Context, cfg OrgManagerConfig, v Version, log *sl
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	cfg.Auth.AdminToken = os.Getenv(AdminTokenEnv)
 	var nc *nats.Conn
 	if cfg.NATS.URL != "" {
 		var err error
