@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -36,8 +37,18 @@ func startIPMapper(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
+	// The IP Mapper verifies tokens on an orgmanager database, as
+	// standalone ones do (auth.database_url); the token comes from the CLI
+	// and reaches the sessions command through SVCPF_TOKEN.
+	dbURL := "sqlite:" + filepath.Join(t.TempDir(), "orgmanager.db")
+	code, tok, errOut := runCLI("token", "create", "--database", dbURL, "--role", "admin", "--name", "sessions test")
+	if code != 0 {
+		t.Fatalf("token create: %d %s", code, errOut)
+	}
+	t.Setenv("SVCPF_TOKEN", strings.TrimSpace(tok))
 	cfg := app.DefaultIPMapperConfig()
 	cfg.HTTP.Address = "127.0.0.1:0"
+	cfg.Auth.DatabaseURL = dbURL
 	m, err := app.StartIPMapper(cfg, nc, "test", slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
