@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -107,6 +108,21 @@ func runCLI(args ...string) (int, string, string) {
 // its exit status.
 func TestIPMapperSessionsCommand(t *testing.T) {
 	base := startIPMapper(t)
+
+	// The endpoint needs the token; without it the command says so.
+	tok := os.Getenv("SVCPF_TOKEN")
+	t.Setenv("SVCPF_TOKEN", "")
+	if code, _, errOut := runCLI("ipmapper", "sessions", "--url", base, "--org", "acme"); code != 2 || !strings.Contains(errOut, "401") {
+		t.Fatalf("without a token: exit %d, stderr %q", code, errOut)
+	}
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(tok+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := runCLI("ipmapper", "sessions", "--url", base, "--org", "acme", "--token-file", tokenFile); code != 0 {
+		t.Fatalf("--token-file: exit %d, stderr %q", code, errOut)
+	}
+	t.Setenv("SVCPF_TOKEN", tok)
 
 	code, out, errOut := runCLI("ipmapper", "sessions", "--url", base, "--org", "acme")
 	if code != 0 || errOut != "" {
