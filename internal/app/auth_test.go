@@ -175,3 +175,33 @@ func TestAuthModeNone(t *testing.T) {
 		t.Errorf("standalone IP Mapper without a token database: %v", err)
 	}
 }
+
+// TestAuthorizeSessions: an admin asks GET /sessions anything; a scoped
+// token only its own organisation's listing.
+func TestAuthorizeSessions(t *testing.T) {
+	admin := access.Principal{Role: access.RoleAdmin}
+	viewer := access.Principal{Role: access.RoleOrgViewer, Org: "acme"}
+	for _, c := range []struct {
+		p     access.Principal
+		query string
+		ok    bool
+	}{
+		{admin, "ip=192.0.2.1", true},
+		{admin, "username=alice", true},
+		{viewer, "org=acme", true},
+		{viewer, "org=acme&limit=10&after=x", true},
+		{viewer, "org=beta", false},
+		{viewer, "org=ghost", false},
+		{viewer, "ip=192.0.2.1", false},
+		{viewer, "username=alice", false},
+		{viewer, "org=acme&username=alice", false},
+		{viewer, "org=acme&org=acme", false},
+		{viewer, "", false},
+		{viewer, "org=%zz", false},
+	} {
+		r, _ := http.NewRequest("GET", "/sessions?"+c.query, nil)
+		if err := authorizeSessions(r, c.p); (err == nil) != c.ok {
+			t.Errorf("%s ?%s: %v, want allowed=%v", c.p.Role, c.query, err, c.ok)
+		}
+	}
+}
