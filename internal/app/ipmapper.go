@@ -126,9 +126,9 @@ type IPMapper struct {
 	svc *ipmapper.Service
 	// closeAuth closes the token database the IP Mapper opened itself.
 	closeAuth func()
-	server  *httpapi.Server
-	log     *slog.Logger
-	loadErr atomic.Pointer[error]
+	server    *httpapi.Server
+	log       *slog.Logger
+	loadErr   atomic.Pointer[error]
 }
 
 // StartIPMapper builds the IP Mapper and binds its HTTP listener; Run loads
