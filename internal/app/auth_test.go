@@ -205,3 +205,33 @@ func TestAuthorizeSessions(t *testing.T) {
 		}
 	}
 }
+
+// TestOrgManagerBootstrapFile: the standalone orgmanager writes the first
+// admin token to auth.bootstrap_token_file (its directory made), mode 0600.
+func TestOrgManagerBootstrapFile(t *testing.T) {
+	dir := t.TempDir()
+	cfg := DefaultOrgManagerConfig()
+	cfg.HTTP.Address = "127.0.0.1:0"
+	cfg.Database.URL = "sqlite:" + filepath.Join(dir, "orgmanager.db")
+	cfg.Auth.BootstrapTokenFile = filepath.Join(dir, "secrets", "admin.token")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	om, err := StartOrgManager(ctx, cfg, nil, "test", slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- om.Run(ctx) }()
+	fi, err := os.Stat(cfg.Auth.BootstrapTokenFile)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("bootstrap file: %v %v", fi, err)
+	}
+	data, _ := os.ReadFile(cfg.Auth.BootstrapTokenFile)
+	if code, body := get(t, "http://"+om.Addr().String()+"/tokens", "Bearer "+strings.TrimSpace(string(data))); code != 200 {
+		t.Fatalf("GET /tokens with it: %d %s", code, body)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
