@@ -70,6 +70,13 @@ func TestBootstrapToken(t *testing.T) {
 	if code, _ := get(t, base+"/org/acme", ""); code != 401 {
 		t.Fatalf("GET /org/acme without a token: %d", code)
 	}
+	// The service pages stay open.
+	for _, u := range []string{base + "/", base + "/health", base + "/metrics", base + "/openapi.yaml",
+		"http://" + all.IPMapper.Addr().String() + "/metrics", "http://" + all.IPMapper.Addr().String() + "/"} {
+		if code, body := get(t, u, ""); code != 200 {
+			t.Errorf("GET %s without a token: %d %.200s", u, code, body)
+		}
+	}
 	// The IP Mapper beside it verifies the same tokens.
 	mapper := "http://" + all.IPMapper.Addr().String()
 	if code, _ := get(t, mapper+"/sessions?org=acme", ""); code != 401 {
