@@ -31,8 +31,28 @@ const (
 // request budget.
 type Hash [sha256.Size]byte
 
-// HashSecret hashes the secret part of a token.
-func HashSecret(secret string) Hash { return sha256.Sum256([]byte(secret)) }
+// HashSecret hashes the secret part of a token: the 32 bytes its hex
+// digits stand for, which is one SHA-256 block where the 64 digits
+// themselves would be two. A string that is not 64 hex digits (never a
+// parsed token's) is hashed as it is.
+func HashSecret(secret string) Hash {
+	var raw [secretLen / 2]byte
+	if len(secret) == secretLen && lowerHex(secret) {
+		for i := range raw {
+			raw[i] = nibble(secret[2*i])<<4 | nibble(secret[2*i+1])
+		}
+		return sha256.Sum256(raw[:])
+	}
+	return sha256.Sum256([]byte(secret))
+}
+
+// nibble is the value of a lowercase hex digit.
+func nibble(c byte) byte {
+	if c <= '9' {
+		return c - '0'
+	}
+	return c - 'a' + 10
+}
 
 // ParseToken splits a token string into its id and secret. It refuses
 // anything but the exact format, so what reaches the store is always a

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"time"
 )
@@ -81,7 +82,14 @@ func (g *Guard) Check(w http.ResponseWriter, r *http.Request) (*http.Request, bo
 	if g.cfg.Open {
 		return r.WithContext(WithPrincipal(r.Context(), openPrincipal)), true
 	}
-	client, keyed := clientKey(r.RemoteAddr)
+	// The client's address is parsed only when some client is being
+	// counted, or this one fails: a request with a valid token while
+	// nobody fails pays for neither.
+	var client netip.Prefix
+	keyed := false
+	if g.limiter.tracking() {
+		client, keyed = clientKey(r.RemoteAddr)
+	}
 	if keyed {
 		if wait := g.limiter.blocked(client); wait > 0 {
 			secs := int((wait + time.Second - 1) / time.Second)
@@ -97,6 +105,9 @@ func (g *Guard) Check(w http.ResponseWriter, r *http.Request) (*http.Request, bo
 			g.log.Error("token verification failed", "path", r.URL.Path, "err", err)
 			writeError(w, http.StatusServiceUnavailable, "tokens cannot be verified right now")
 			return nil, false
+		}
+		if !keyed {
+			client, keyed = clientKey(r.RemoteAddr)
 		}
 		if keyed {
 			g.limiter.fail(client)

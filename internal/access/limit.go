@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -33,6 +34,8 @@ type limiter struct {
 
 	mu   sync.Mutex
 	seen map[netip.Prefix]*failures
+	// n is len(seen), read without the lock by tracking.
+	n atomic.Int64
 }
 
 type failures struct {
@@ -73,6 +76,10 @@ func clientKey(remote string) (netip.Prefix, bool) {
 	return p, true
 }
 
+// tracking reports whether any client is being counted; while none is,
+// no request needs to look itself up.
+func (l *limiter) tracking() bool { return l.n.Load() > 0 }
+
 // blocked returns how long the client must still wait, 0 when it may try.
 func (l *limiter) blocked(c netip.Prefix) time.Duration {
 	l.mu.Lock()
@@ -84,6 +91,7 @@ func (l *limiter) blocked(c netip.Prefix) time.Duration {
 	now := l.now()
 	if !now.Before(f.until) {
 		delete(l.seen, c)
+		l.n.Store(int64(len(l.seen)))
 		return 0
 	}
 	if f.count < l.max {
@@ -107,6 +115,7 @@ func (l *limiter) fail(c netip.Prefix) {
 		}
 		f = &failures{until: now.Add(l.window)}
 		l.seen[c] = f
+		l.n.Store(int64(len(l.seen)))
 	}
 	f.count++
 }
@@ -124,7 +133,7 @@ func (l *limiter) evict(now time.Time) {
 	}
 	for k := range l.seen {
 		delete(l.seen, k)
-		return
+		break
 	}
 }
 
