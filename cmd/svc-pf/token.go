@@ -97,7 +97,7 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 		url = cfg.Database.URL
 	}
-	store, err := orgstore.Open(ctx, orgstore.Config{URL: url, MaxReadConns: 1})
+	store, err := orgstore.Open(ctx, orgstore.Config{URL: url, MaxReadConns: 1, Guest: true})
 	if err != nil {
 		fmt.Fprintf(stderr, "svc-pf token %s: %v\n", sub, err)
 		return 1

@@ -150,7 +150,7 @@ func ipMapperAuth(ctx context.Context, cfg IPMapperAuthConfig, log *slog.Logger)
 		if cfg.DatabaseURL == "" {
 			return nil, nil, errors.New("auth.database_url is required: the orgmanager's database.url, where the IP Mapper verifies the tokens of GET /sessions (or auth.mode: none)")
 		}
-		store, err := orgstore.Open(ctx, orgstore.Config{URL: cfg.DatabaseURL, MaxReadConns: 2})
+		store, err := orgstore.Open(ctx, orgstore.Config{URL: cfg.DatabaseURL, MaxReadConns: 2, Guest: true})
 		if err != nil {
 			return nil, nil, fmt.Errorf("auth.database_url: %w", err)
 		}
