@@ -347,3 +347,26 @@ func BenchmarkAuthenticate(b *testing.B) {
 		}
 	}
 }
+
+// brokenStore fails every read, as a database that does not answer.
+type brokenStore struct{ *memStore }
+
+func (brokenStore) TokenByID(context.Context, string) (access.StoredToken, error) {
+	return access.StoredToken{}, errors.New("connection refused")
+}
+
+// TestStoreDownIs503: a token not in memory while the store fails is a 503,
+// never a 401, and is not counted against the client.
+func TestStoreDownIs503(t *testing.T) {
+	tk, err := access.New(access.Config{Store: brokenStore{newMemStore()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := guardOver(t, tk, nil, access.FailureLimit{Max: 1})
+	for range 3 {
+		rec := serve(h, "192.0.2.1:1", "/org/acme", "Bearer "+access.GenerateToken())
+		if rec.Code != 503 || !strings.Contains(rec.Body.String(), "cannot be verified") {
+			t.Fatalf("store down: %d %s", rec.Code, rec.Body)
+		}
+	}
+}
