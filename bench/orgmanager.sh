@@ -26,6 +26,10 @@ WRK=$(command -v wrk || true)
 HEY=$(command -v hey || true)
 if [ -z "$HEY" ]; then GOBIN="$out" go install github.com/rakyll/hey@v0.1.5; HEY="$out/hey"; fi
 
+# The admin token the orgmanager is started with (SVCPF_ADMIN_TOKEN, docs/access.md).
+token="svcpf_$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n')_$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+auth="Authorization: Bearer $token"
+
 run_hey() { # $1 = label, $2 = database url
   cat > "$out/om.yaml" <<YAML
 http:
@@ -33,7 +37,7 @@ http:
 database:
   url: $2
 YAML
-  "$out/svc-pf" orgmanager -c "$out/om.yaml" 2> "$out/om.log" &
+  SVCPF_ADMIN_TOKEN=$token "$out/svc-pf" orgmanager -c "$out/om.yaml" 2> "$out/om.log" &
   local pid=$!
   local addr=""
   for _ in $(seq 1 100); do
@@ -43,21 +47,22 @@ YAML
   done
   [ -n "$addr" ] || { cat "$out/om.log"; return 1; }
   local base="http://$addr"
-  curl -sf -X PUT "$base/org/acme" >/dev/null
-  curl -sf -X PATCH "$base/org/acme/prefixes" -d '{"add":["10.0.0.0/8"]}' >/dev/null
-  python3 - "$base" <<'PY'
+  curl -sf -H "$auth" -X PUT "$base/org/acme" >/dev/null
+  curl -sf -H "$auth" -X PATCH "$base/org/acme/prefixes" -d '{"add":["10.0.0.0/8"]}' >/dev/null
+  python3 - "$base" "$auth" <<'PY'
 import json, sys, urllib.request
 items = [{"cidr": f"10.{i//256}.{i%256}.0/24", "username": f"user-{i}", "meta": {"x-ref": str(i)}} for i in range(10000)]
 req = urllib.request.Request(sys.argv[1] + "/org/acme/overrides/batch", data=json.dumps({"data": items}).encode(), method="POST")
+req.add_header(*sys.argv[2].split(": ", 1))
 urllib.request.urlopen(req).read()
 PY
   echo "-- $1"
   if [ -n "$WRK" ]; then
     echo "   wrk -t1 -c32 -d10s --latency"
-    "$WRK" -t1 -c32 -d10s --latency "$base/org/acme/overrides?cidr=10.7.42.0/24" | grep -E '50%|90%|99%|Requests/sec|Non-2xx|Socket errors'
+    "$WRK" -t1 -c32 -d10s --latency -H "$auth" "$base/org/acme/overrides?cidr=10.7.42.0/24" | grep -E '50%|90%|99%|Requests/sec|Non-2xx|Socket errors'
   fi
   echo "   hey -n $requests -c 32"
-  "$HEY" -n "$requests" -c 32 "$base/org/acme/overrides?cidr=10.7.42.0/24" > "$out/hey.txt"
+  "$HEY" -n "$requests" -c 32 -H "$auth" "$base/org/acme/overrides?cidr=10.7.42.0/24" > "$out/hey.txt"
   grep -E 'Requests/sec|Average:| 50%| 90%| 99%' "$out/hey.txt"
   sed -n '/Status code distribution/,$p' "$out/hey.txt"
   kill "$pid"; wait "$pid" 2>/dev/null || true

@@ -63,16 +63,20 @@ for _ in $(seq 1 300); do
 	kill -0 $pid 2> /dev/null || { cat "$cp/all.log" >&2; exit 1; }
 	sleep 0.2
 done
+# The first start wrote the admin token there (docs/access.md).
+export SVCPF_BENCH_TOKEN
+SVCPF_BENCH_TOKEN=$(cat "$cp/data/admin.token")
 
 t0=$SECONDS
 python3 - "http://$CP_HOST:8080" "$SESSIONS" "$users" <<'PY'
-import json, sys, urllib.request
+import json, os, sys, urllib.request
 base, n, users = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 per_org = 16384
 
 def call(method, path, body=None):
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(base + path, data=data, method=method)
+    req.add_header("Authorization", "Bearer " + os.environ["SVCPF_BENCH_TOKEN"])
     with urllib.request.urlopen(req, timeout=600) as r:
         return r.read()
 

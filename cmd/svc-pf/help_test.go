@@ -41,6 +41,7 @@ func TestHelpNamesEveryJob(t *testing.T) {
 		"resolver":   {"DNS", "PowerDNS-compatible"},
 		"all":        {"every service", "embedded NATS"},
 		"feed":       {"build", "serve", "look a name up"},
+		"token":      {"create", "list", "revoke", "bearer tokens"},
 		"version":    {"version"},
 	}
 	for name, words := range want {

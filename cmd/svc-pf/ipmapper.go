@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,12 +25,17 @@ import (
 
 const ipmapperSessionsUsage = `Usage:
   svc-pf ipmapper sessions --ip ADDR | --org ORG | --username NAME | --deviceid ID | --id ID
-                           [--limit N] [--after ID] [--url http://127.0.0.1:8083] [--json]
+                           [--limit N] [--after ID] [--url http://127.0.0.1:8083]
+                           [--token-file FILE] [--json]
 
 Shows what the IP Mapper's session table holds, read-only, from GET /sessions on its
 HTTP listener (http.address; ipmapper.http.address under svc-pf all). --ip is the
 longest-prefix match; the other selectors list every match in id order, a page of
 --limit (default 100, at most 10000) at a time: the footer gives the next --after.
+
+GET /sessions needs a bearer token (docs/access.md): --token-file names a file holding
+one (under svc-pf all, <data_dir>/admin.token is the first admin token), else the
+environment variable SVCPF_TOKEN is sent when set.
 
 Exit status: 0 answered (also when nothing matched), 1 the IP Mapper could not be
 reached or did not answer (not running, loading, on standby), 2 a bad command line
@@ -46,6 +52,7 @@ func runIPMapperSessions(ctx context.Context, args []string, stdout, stderr io.W
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, ipmapperSessionsUsage) }
 	base := fs.String("url", "http://127.0.0.1:8083", "the IP Mapper's HTTP listener")
+	tokenFile := fs.String("token-file", "", "a file holding the bearer token (default: $SVCPF_TOKEN)")
 	asJSON := fs.Bool("json", false, "print the endpoint's JSON reply instead of a table")
 	limit := fs.Int("limit", 0, "sessions per page, 1..10000 (default: the IP Mapper's, 100)")
 	after := fs.String("after", "", "continue after this session id (the previous page's next)")
@@ -109,7 +116,16 @@ func runIPMapperSessions(ctx context.Context, args []string, stdout, stderr io.W
 		return 2
 	}
 
-	body, code, err := fetchSessions(ctx, endpoint)
+	token := os.Getenv("SVCPF_TOKEN")
+	if *tokenFile != "" {
+		data, err := os.ReadFile(*tokenFile)
+		if err != nil {
+			fmt.Fprintf(stderr, "svc-pf ipmapper sessions: --token-file: %v\n", err)
+			return 2
+		}
+		token = strings.TrimSpace(string(data))
+	}
+	body, code, err := fetchSessions(ctx, endpoint, token)
 	if err != nil {
 		fmt.Fprintf(stderr, "svc-pf ipmapper sessions: %v\n", err)
 		return 1
@@ -161,7 +177,7 @@ func sessionsURL(base string, q url.Values) (string, error) {
 // fetchSessions GETs the endpoint. Its error says what to check: the
 // operator's next step depends on whether nothing listens there or
 // something else does.
-func fetchSessions(ctx context.Context, endpoint string) ([]byte, int, error) {
+func fetchSessions(ctx context.Context, endpoint, token string) ([]byte, int, error) {
 	ctx, cancel := context.WithTimeout(ctx, sessionsTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint, nil)
@@ -169,6 +185,9 @@ func fetchSessions(ctx context.Context, endpoint string) ([]byte, int, error) {
 		return nil, 0, err
 	}
 	req.Header.Set("Accept", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		var dnsErr *net.DNSError

@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -36,8 +38,18 @@ func startIPMapper(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
+	// The IP Mapper verifies tokens on an orgmanager database, as
+	// standalone ones do (auth.database_url); the token comes from the CLI
+	// and reaches the sessions command through SVCPF_TOKEN.
+	dbURL := "sqlite:" + filepath.Join(t.TempDir(), "orgmanager.db")
+	code, tok, errOut := runCLI("token", "create", "--database", dbURL, "--role", "admin", "--name", "sessions test")
+	if code != 0 {
+		t.Fatalf("token create: %d %s", code, errOut)
+	}
+	t.Setenv("SVCPF_TOKEN", strings.TrimSpace(tok))
 	cfg := app.DefaultIPMapperConfig()
 	cfg.HTTP.Address = "127.0.0.1:0"
+	cfg.Auth.DatabaseURL = dbURL
 	m, err := app.StartIPMapper(cfg, nc, "test", slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -96,6 +108,21 @@ func runCLI(args ...string) (int, string, string) {
 // its exit status.
 func TestIPMapperSessionsCommand(t *testing.T) {
 	base := startIPMapper(t)
+
+	// The endpoint needs the token; without it the command says so.
+	tok := os.Getenv("SVCPF_TOKEN")
+	t.Setenv("SVCPF_TOKEN", "")
+	if code, _, errOut := runCLI("ipmapper", "sessions", "--url", base, "--org", "acme"); code != 2 || !strings.Contains(errOut, "401") {
+		t.Fatalf("without a token: exit %d, stderr %q", code, errOut)
+	}
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(tok+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := runCLI("ipmapper", "sessions", "--url", base, "--org", "acme", "--token-file", tokenFile); code != 0 {
+		t.Fatalf("--token-file: exit %d, stderr %q", code, errOut)
+	}
+	t.Setenv("SVCPF_TOKEN", tok)
 
 	code, out, errOut := runCLI("ipmapper", "sessions", "--url", base, "--org", "acme")
 	if code != 0 || errOut != "" {

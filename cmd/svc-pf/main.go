@@ -38,7 +38,8 @@ const usage = `svc-pf — subscriber-aware DNS content filtering
 Usage:
   svc-pf <command> [--config FILE] [--debug]
   svc-pf feed build|serve|lookup …
-  svc-pf ipmapper sessions --ip ADDR|--org ORG|--username NAME [--url URL] [--json]
+  svc-pf ipmapper sessions --ip ADDR|--org ORG|--username NAME [--url URL] [--token-file FILE] [--json]
+  svc-pf token create --role R [--org ORG] [--name N] [--expires D] | list | revoke ID  [-c FILE]
   svc-pf --version
 
 Commands:
@@ -55,6 +56,8 @@ Commands:
   all          every service above in one process around an embedded NATS server (default config /etc/svc-pf/all.yaml);
                the console at http://127.0.0.1:8080/ui/, its admin token in <data_dir>/admin.token
   feed         build a category feed from filter lists, serve feed directories over HTTP, look a name up
+  token        create, list and revoke the API's bearer tokens on the orgmanager's database
+               (-c the orgmanager's config; --help for its options; docs/access.md)
   version      print the version
 `
 
@@ -111,6 +114,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	case "feed":
 		return runFeed(ctx, rest, stdout, stderr)
+	case "token":
+		return runToken(ctx, rest, stdout, stderr)
 	case "ipmapper":
 		if len(rest) > 0 && rest[0] == "sessions" {
 			return runIPMapperSessions(ctx, rest[1:], stdout, stderr)

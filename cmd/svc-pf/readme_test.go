@@ -199,6 +199,7 @@ func checkReadmeOutput(t *testing.T, out, log string) {
 		`"service":"node","status":"ok"`,                 // the node's /health
 		`"blocked_categories":[4]`,                       // the effective settings
 		`"verdict":"block"`, `"reason":"category"`,
+		"401\n", `{"error":"this token may not do that"}`, `"role":"org-viewer","org":"acme"`, // access
 		"EDE: 17 (Filtered)", "category:4 feed=threats key=blackhattoolz.com",
 		`"name":"questions"`,
 		"@@ done @@",

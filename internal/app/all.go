@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -122,6 +123,9 @@ func (c *AllConfig) Validate() error {
 	if ob, ib := c.OrgManager.Sessions.Bucket, c.IPMapper.Sessions.Bucket; ob != "" && ob != session.Bucket && ob != ib {
 		errs = append(errs, fmt.Errorf("orgmanager.sessions.bucket %q differs from ipmapper.sessions.bucket %q: under svc-pf all one bucket serves all three services; set ipmapper.sessions.bucket only", ob, ib))
 	}
+	if a := c.IPMapper.Auth; a.Mode != AuthTokens || a.DatabaseURL != "" {
+		errs = append(errs, errors.New("ipmapper.auth: under svc-pf all the IP Mapper verifies the orgmanager's tokens; set orgmanager.auth instead"))
+	}
 	if c.Simulator.Region != "" {
 		errs = append(errs, errors.New("simulator.region: under svc-pf all the region is set at the top level (region:)"))
 	}
@@ -142,6 +146,7 @@ func natsURLOr(url, def string) string {
 // RunAll runs every service in one process around an embedded NATS server
 // whose JetStream files live under the data directory.
 func RunAll(ctx context.Context, cfg AllConfig, v Version, log *slog.Logger) error {
+	cfg.OrgManager.Auth.AdminToken = os.Getenv(AdminTokenEnv)
 	all, err := StartAll(ctx, cfg, v, log)
 	if err != nil {
 		return err
@@ -193,6 +198,10 @@ func StartAll(ctx context.Context, cfg AllConfig, v Version, log *slog.Logger) (
 		// Not set by the operator: the database lives in the data directory too.
 		cfg.OrgManager.Database.URL = "sqlite:" + filepath.Join(cfg.DataDir, "orgmanager.db")
 	}
+	if cfg.OrgManager.Auth.BootstrapTokenFile == DefaultOrgManagerConfig().Auth.BootstrapTokenFile {
+		// Likewise the first admin token.
+		cfg.OrgManager.Auth.BootstrapTokenFile = filepath.Join(cfg.DataDir, "admin.token")
+	}
 	host, portStr, err := net.SplitHostPort(cfg.NATS.Listen)
 	if err != nil {
 		_ = lock.Unlock()
@@ -229,25 +238,30 @@ func StartAll(ctx context.Context, cfg AllConfig, v Version, log *slog.Logger) (
 	if err != nil {
 		return fail(err)
 	}
-	if a.IPMapper, err = StartIPMapper(cfg.IPMapper, ncMapper, v, log); err != nil {
-		return fail(err)
-	}
-	// The IP Mapper's writes are the ones a store that refuses them stops
-	// (nats-server then only lets them time out): its /health says why.
-	a.IPMapper.natsStore = srv.StoreError
 	ncOrg, err := connect(cfg.OrgManager.NATS.URL, "svc-pf orgmanager")
 	if err != nil {
 		return fail(err)
 	}
 	// The console's "why" and feeds pages ask this process's simulator.
 	cfg.OrgManager.Console.Simulator = inProcessSimulator{all: a}
+	// The orgmanager first: the IP Mapper verifies its tokens. Neither
+	// serves before Run, and the orgmanager's deploys wait for the IP
+	// Mapper (AwaitIPMapper).
 	if a.OrgManager, err = StartOrgManager(ctx, cfg.OrgManager, ncOrg, v, log); err != nil {
 		return fail(err)
 	}
-	if cfg.OrgManager.Console.Auth != nil {
+	if cfg.OrgManager.Auth.Mode != AuthNone {
 		log.Info("console listening", "url", consoleURL(cfg.OrgManager.HTTP, a.OrgManager.Addr()),
 			"admin_token_file", filepath.Join(cfg.DataDir, "admin.token"))
 	}
+	// One mode and one verifier for both listeners.
+	cfg.IPMapper.Auth = IPMapperAuthConfig{Mode: cfg.OrgManager.Auth.Mode, Verifier: a.OrgManager.Tokens()}
+	if a.IPMapper, err = StartIPMapper(cfg.IPMapper, ncMapper, v, log); err != nil {
+		return fail(err)
+	}
+	// The IP Mapper's writes are the ones a store that refuses them stops
+	// (nats-server then only lets them time out): its /health says why.
+	a.IPMapper.natsStore = srv.StoreError
 	ncNode, err := connect("", "svc-pf node")
 	if err != nil {
 		return fail(err)

@@ -382,6 +382,7 @@ func TestNATSClusterNodeLossDuringWrites(t *testing.T) {
 	// The IP Mapper and the orgmanager on nats-0, node A on nats-1, node B
 	// on nats-2.
 	mcfg := DefaultIPMapperConfig()
+	testMapperAuth(t, &mcfg)
 	mcfg.HTTP.Address = "127.0.0.1:0"
 	mcfg.Sessions.Replicas = 3
 	// The IP Mapper's and the orgmanager's logs, shown when the test fails
@@ -420,6 +421,7 @@ func TestNATSClusterNodeLossDuringWrites(t *testing.T) {
 	}
 
 	ocfg := DefaultOrgManagerConfig()
+	withTestToken(t, &ocfg)
 	ocfg.HTTP.Address = "127.0.0.1:0"
 	ocfg.Database.URL = dbURL
 	ocfg.Settings.Replicas = 3

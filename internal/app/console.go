@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/svc-pf/svc-pf/internal/access"
 	"github.com/svc-pf/svc-pf/internal/console"
 	"github.com/svc-pf/svc-pf/internal/httpapi"
 	"github.com/svc-pf/svc-pf/internal/ipmapper/mapperclient"
@@ -39,6 +40,36 @@ type ConsoleDeps struct {
 	// api_keys are set), when the orgmanager has NATS.
 	Simulator       console.Simulator
 	SimulatorAPIKey string
+}
+
+// withDefaults fills what a test has not set with the orgmanager's own
+// parts: its tokens for sign-in and the tokens page, its auditor for the
+// console's writes, its store for the audit page, its guard's limit on
+// failed sign-ins.
+func (d *ConsoleDeps) withDefaults(tokens *access.Tokens, auditor *access.Auditor, store *orgstore.Store, guard *access.Guard) {
+	if d.Auth == nil {
+		d.Auth = tokens
+	}
+	if d.Tokens == nil {
+		d.Tokens = tokens
+	}
+	if d.Audit == nil {
+		d.Audit = auditor
+	}
+	if d.AuditLog == nil {
+		d.AuditLog = storeAudit{store: store}
+	}
+	if d.SignInGuard == nil {
+		d.SignInGuard = guard.LimitFailures
+	}
+}
+
+// storeAudit reads the audit for the console: the store's reads, the ones
+// GET /audit and GET /org/{org}/audit answer from.
+type storeAudit struct{ store *orgstore.Store }
+
+func (s storeAudit) Audit(ctx context.Context, q access.AuditQuery) ([]access.AuditRecord, error) {
+	return s.store.AuditRecords(ctx, q)
 }
 
 // inProcessSimulator is the simulator of `svc-pf all`, called in the

@@ -106,6 +106,7 @@ func (p *platform) startMapper() {
 func (p *platform) startOrgManager() {
 	p.t.Helper()
 	cfg := DefaultOrgManagerConfig()
+	withTestToken(p.t, &cfg)
 	cfg.HTTP.Address = "127.0.0.1:0"
 	cfg.Database.URL = p.dbURL
 	cfg.Deploy.RetryMin, cfg.Deploy.RetryMax = 20*time.Millisecond, 200*time.Millisecond
@@ -533,6 +534,7 @@ func testAllConfig(t *testing.T) AllConfig {
 	cfg.Simulator.HTTP.Address = "127.0.0.1:0"
 	cfg.Resolver.DNS.Listen = []string{"127.0.0.1:0"}
 	cfg.Resolver.Forwarders = []string{"127.0.0.1:9"} // nothing answers: tests that resolve set their own
+	cfg.OrgManager.Auth.AdminToken = testAdminToken
 	return cfg
 }
 

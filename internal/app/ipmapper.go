@@ -55,6 +55,9 @@ type IPMapperConfig struct {
 	NATS     NATSConfig       `yaml:"nats"`
 	Sessions SessionsConfig   `yaml:"sessions"`
 	HA       IPMapperHAConfig `yaml:"ha"`
+	// Auth guards GET /sessions (docs/access.md); under `svc-pf all` the
+	// orgmanager's auth section covers it and this one must stay unset.
+	Auth IPMapperAuthConfig `yaml:"auth"`
 }
 
 // DefaultIPMapperConfig is what runs when the file sets nothing.
@@ -64,6 +67,7 @@ func DefaultIPMapperConfig() IPMapperConfig {
 		Log:      LogConfig{Level: "info"},
 		Sessions: SessionsConfig{Bucket: session.Bucket, Replicas: 1, SweepInterval: time.Second, PurgeDeletesAfter: 24 * time.Hour},
 		HA:       IPMapperHAConfig{LockBucket: ipmapper.DefaultLockBucket, LockTTL: 3 * time.Second},
+		Auth:     IPMapperAuthConfig{Mode: AuthTokens},
 	}
 }
 
@@ -92,6 +96,7 @@ func (c *IPMapperConfig) Validate(standalone bool) error {
 	if c.Sessions.SweepInterval <= 0 {
 		errs = append(errs, errors.New("sessions.sweep_interval must be positive"))
 	}
+	errs = append(errs, validMode(c.Auth.Mode))
 	return errors.Join(errs...)
 }
 
@@ -118,10 +123,12 @@ func RunIPMapper(ctx context.Context, cfg IPMapperConfig, v Version, log *slog.L
 
 // IPMapper is a built IP Mapper with its health/metrics listener bound.
 type IPMapper struct {
-	svc     *ipmapper.Service
-	server  *httpapi.Server
-	log     *slog.Logger
-	loadErr atomic.Pointer[error]
+	svc *ipmapper.Service
+	// closeAuth closes the token database the IP Mapper opened itself.
+	closeAuth func()
+	server    *httpapi.Server
+	log       *slog.Logger
+	loadErr   atomic.Pointer[error]
 	// natsStore is the embedded NATS server's store error under svc-pf
 	// all (natsbus.Embedded.StoreError), nil with an external server: set
 	// by StartAll before Run serves /health.
@@ -142,9 +149,14 @@ func StartIPMapper(cfg IPMapperConfig, nc *nats.Conn, v Version, log *slog.Logge
 	if err != nil {
 		return nil, err
 	}
-	m := &IPMapper{svc: svc, log: log}
-	router, err := httpapi.NewRouter(httpapi.RouterConfig{Logger: log, Registerer: reg})
+	guard, closeAuth, err := ipMapperAuth(context.Background(), cfg.Auth, log)
 	if err != nil {
+		return nil, err
+	}
+	m := &IPMapper{svc: svc, log: log, closeAuth: closeAuth}
+	router, err := httpapi.NewRouter(httpapi.RouterConfig{Logger: log, Registerer: reg, Guard: guard})
+	if err != nil {
+		closeAuth()
 		return nil, err
 	}
 	httpapi.MountStandard(router, httpapi.StandardConfig{
@@ -199,6 +211,7 @@ func StartIPMapper(cfg IPMapperConfig, nc *nats.Conn, v Version, log *slog.Logge
 	})
 	router.Handle(http.MethodGet, "/sessions", svc.HandleSessions)
 	if m.server, err = httpapi.Listen(cfg.HTTP, router, log); err != nil {
+		closeAuth()
 		return nil, err
 	}
 	log.Info("ipmapper listening", "address", m.server.Addr().String(), "bucket", cfg.Sessions.Bucket,
@@ -216,6 +229,7 @@ func (m *IPMapper) Addr() net.Addr { return m.server.Addr() }
 // A conflict (ipmapper.ErrConflict: another IP Mapper serves the bucket
 // without sharing the lock, or the lock bucket's TTL differs) stops it.
 func (m *IPMapper) Run(ctx context.Context) error {
+	defer m.closeAuth()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	served := make(chan error, 1)

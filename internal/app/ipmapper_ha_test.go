@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -47,6 +48,7 @@ func startHAMapper(t *testing.T, url string, mod func(*IPMapperConfig)) *haMappe
 	t.Helper()
 	nc := connectNATS(t, url, "ipmapper", nil, true)
 	cfg := DefaultIPMapperConfig()
+	testMapperAuth(t, &cfg)
 	cfg.HTTP.Address = "127.0.0.1:0"
 	cfg.HA.LockTTL = haLockTTL
 	if mod != nil {
@@ -80,6 +82,7 @@ func startHAOrgManager(t *testing.T, url, bucket string) *haOrgManager {
 	t.Helper()
 	nc := connectNATS(t, url, "orgmanager", nil, true)
 	cfg := DefaultOrgManagerConfig()
+	withTestToken(t, &cfg)
 	cfg.HTTP.Address = "127.0.0.1:0"
 	cfg.Database.URL = storetest.URL(t, storetest.SQLite)
 	cfg.Sessions.Bucket = bucket
@@ -307,6 +310,7 @@ func TestIPMapperSameBucketOneActive(t *testing.T) {
 	// A third one whose lock TTL differs from the lock bucket's: Run
 	// returns the conflict by itself instead of retrying.
 	cfg := DefaultIPMapperConfig()
+	testMapperAuth(t, &cfg)
 	cfg.HTTP.Address = "127.0.0.1:0"
 	cfg.HA.LockTTL = 2 * time.Second
 	c, err := StartIPMapper(cfg, nc, "test", natstest.Logger(t))
@@ -340,6 +344,8 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	// Every request of these tests carries the admin token (auth_helpers_test.go).
+	http.DefaultTransport = bearerTransport{base: http.DefaultTransport}
 	os.Exit(m.Run())
 }
 
@@ -353,6 +359,8 @@ func runHAHelperProcess(url string) error {
 	}
 	cfg.HA.LockTTL = ttl
 	cfg.HA.Instance = "killed"
+	// This helper is killed mid-deploy; nothing asks its GET /sessions.
+	cfg.Auth.Mode = AuthNone
 	return RunIPMapper(context.Background(), cfg, "test", slog.New(slog.NewTextHandler(os.Stderr, nil)))
 }
 

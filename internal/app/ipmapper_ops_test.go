@@ -28,6 +28,7 @@ import (
 func runMapper(t *testing.T, bus *natstest.Bus, mod func(*IPMapperConfig)) (base string, client *mapperclient.Client) {
 	t.Helper()
 	cfg := DefaultIPMapperConfig()
+	testMapperAuth(t, &cfg)
 	cfg.HTTP.Address = "127.0.0.1:0"
 	if mod != nil {
 		mod(&cfg)

@@ -78,6 +78,7 @@ type OrgManagerConfig struct {
 	Settings OrgSettingsConfig `yaml:"settings"`
 	Deploy   DeployConfig      `yaml:"deploy"`
 	Audit    OrgAuditConfig    `yaml:"audit"`
+	Auth     AuthConfig        `yaml:"auth"`
 
 	// AwaitIPMapper bounds how long Run holds the first deploy until the
 	// IP Mapper answers (not a file key). `svc-pf all` sets it: its IP
@@ -108,6 +109,7 @@ func DefaultOrgManagerConfig() OrgManagerConfig {
 			PublishTimeout:       30 * time.Second,
 			MaxDirtyAge:          5 * time.Minute,
 		},
+		Auth: AuthConfig{Mode: AuthTokens, BootstrapTokenFile: defaultDataDir + "/admin.token"},
 	}
 }
 
@@ -145,12 +147,14 @@ func (c *OrgManagerConfig) Validate() error {
 	if c.Audit.Retention < 0 {
 		errs = append(errs, errors.New("audit.retention must not be negative (0 keeps the audit for good)"))
 	}
+	errs = append(errs, validMode(c.Auth.Mode))
 	return errors.Join(errs...)
 }
 
 // OrgManager is a started orgmanager: listener bound, store open.
 type OrgManager struct {
 	store    *orgstore.Store
+	tokens   *access.Tokens
 	deployer *deploy.Deployer
 	auditor  *access.Auditor
 	server   *httpapi.Server
@@ -225,17 +229,38 @@ func StartOrgManager(ctx context.Context, cfg OrgManagerConfig, nc *nats.Conn, v
 		store.Close()
 		return nil, err
 	}
-	api, err := orgmanager.New(orgmanager.Config{Store: store, Deployer: deployer, Logger: log})
+	tokens, guard, err := orgManagerAuth(ctx, cfg.Auth, store, log)
 	if err != nil {
 		store.Close()
 		return nil, err
 	}
-	router, err := httpapi.NewRouter(httpapi.RouterConfig{Logger: log, Registerer: reg})
+	api, err := orgmanager.New(orgmanager.Config{Store: store, Deployer: deployer, Tokens: tokens, Logger: log})
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	// Every write through the listener is audited. The console records
+	// its own writes (it knows what a form did), so its paths are left out.
+	auditor, err := access.NewAuditor(access.AuditorConfig{
+		Store: store, Retention: cfg.Audit.Retention, RequestID: httpapi.RequestID,
+		Skip:   func(r *http.Request) bool { return r.URL.Path == "/ui" || strings.HasPrefix(r.URL.Path, "/ui/") },
+		Logger: log, Registerer: reg,
+	})
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	router, err := httpapi.NewRouter(httpapi.RouterConfig{Logger: log, Registerer: reg, Guard: guard.Check, Wrap: auditor.Handler})
 	if err != nil {
 		store.Close()
 		return nil, err
 	}
 	api.Register(router)
+	// The console signs in with the same tokens; under auth.mode none
+	// there is nothing to sign in with, and it stays off.
+	if cfg.Auth.Mode != AuthNone {
+		cfg.Console.withDefaults(tokens, auditor, store, guard)
+	}
 	if cfg.Console.Auth != nil {
 		cons, err := newConsole(cfg, api, store, nc, mapper, log)
 		if err != nil {
@@ -253,31 +278,24 @@ func StartOrgManager(ctx context.Context, cfg OrgManagerConfig, nc *nats.Conn, v
 		},
 		Links: map[string]string{"API (OpenAPI 3)": "/openapi.yaml", "API reference": "https://github.com/svc-pf/svc-pf/blob/main/docs/orgmanager.md"},
 	})
-	// Every write through the listener is audited. The console records
-	// its own writes (it knows what a form did), so its paths are left out.
-	auditor, err := access.NewAuditor(access.AuditorConfig{
-		Store: store, Retention: cfg.Audit.Retention, RequestID: httpapi.RequestID,
-		Skip:   func(r *http.Request) bool { return r.URL.Path == "/ui" || strings.HasPrefix(r.URL.Path, "/ui/") },
-		Logger: log, Registerer: reg,
-	})
-	if err != nil {
-		store.Close()
-		return nil, err
-	}
-	server, err := httpapi.Listen(cfg.HTTP, auditor.Handler(router), log)
+	server, err := httpapi.Listen(cfg.HTTP, router, log)
 	if err != nil {
 		store.Close()
 		return nil, err
 	}
 	log.Info("orgmanager listening", "address", server.Addr().String(), "database", redactURL(cfg.Database.URL),
 		"ip_mapper", nc != nil, "sessions_bucket", cfg.Sessions.Bucket)
-	return &OrgManager{store: store, deployer: deployer, auditor: auditor, server: server, log: log, writeProbeInterval: writeProbeEvery,
+	return &OrgManager{store: store, tokens: tokens, deployer: deployer, auditor: auditor, server: server, log: log, writeProbeInterval: writeProbeEvery,
 		ping: ping, awaitMapper: cfg.AwaitIPMapper}, nil
 }
 
 // Addr is the HTTP listener's address: how a program that embeds the
 // orgmanager learns the port the kernel chose for ":0".
 func (o *OrgManager) Addr() net.Addr { return o.server.Addr() }
+
+// Tokens verifies the orgmanager's tokens; `svc-pf all` gives it to the IP
+// Mapper.
+func (o *OrgManager) Tokens() *access.Tokens { return o.tokens }
 
 // Run serves until ctx ends, then stops the deploy workers and closes the
 // store.
@@ -337,6 +355,7 @@ func RunOrgManager(ctx context.Context, cfg OrgManagerConfig, v Version, log *sl
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	cfg.Auth.AdminToken = os.Getenv(AdminTokenEnv)
 	var nc *nats.Conn
 	if cfg.NATS.URL != "" {
 		var err error

@@ -33,6 +33,7 @@ type omRun struct {
 func startOM(t *testing.T, dbURL string, nc *nats.Conn, tune func(*OrgManagerConfig), probe time.Duration) *omRun {
 	t.Helper()
 	cfg := DefaultOrgManagerConfig()
+	withTestToken(t, &cfg)
 	cfg.HTTP.Address = "127.0.0.1:0"
 	cfg.Database.URL = dbURL
 	cfg.Deploy.RetryMin, cfg.Deploy.RetryMax = 10*time.Millisecond, 50*time.Millisecond

@@ -27,6 +27,7 @@ func TestOrgManagerLocksItsSQLiteFile(t *testing.T) {
 	if db := os.Getenv(lockHolderDBEnv); db != "" {
 		// The second process: its start must be refused.
 		cfg := DefaultOrgManagerConfig()
+		withTestToken(t, &cfg)
 		cfg.HTTP.Address = "127.0.0.1:0"
 		cfg.Database.URL = "sqlite:" + db
 		om, err := StartOrgManager(context.Background(), cfg, nil, "test", slog.New(slog.DiscardHandler))
@@ -40,6 +41,7 @@ func TestOrgManagerLocksItsSQLiteFile(t *testing.T) {
 
 	db := filepath.Join(t.TempDir(), "orgmanager.db")
 	cfg := DefaultOrgManagerConfig()
+	withTestToken(t, &cfg)
 	cfg.HTTP.Address = "127.0.0.1:0"
 	cfg.Database.URL = "sqlite:" + db
 	ctx, cancel := context.WithCancel(context.Background())

@@ -55,6 +55,7 @@ func TestIPMapperHealthWaitsForLoad(t *testing.T) {
 
 	nc := connectNATS(t, url, "ipmapper", nil, true)
 	cfg := DefaultIPMapperConfig()
+	testMapperAuth(t, &cfg)
 	cfg.HTTP.Address = "127.0.0.1:0"
 	m, err := StartIPMapper(cfg, nc, "test", slog.New(slog.DiscardHandler))
 	if err != nil {
@@ -105,6 +106,7 @@ func TestMinimalOrgManagerConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := DefaultOrgManagerConfig()
+	withTestToken(t, &cfg)
 	if err := config.Load(path, true, &cfg); err != nil {
 		t.Fatal(err)
 	}

@@ -120,7 +120,7 @@ func TestOrganisationsPrefixesOverrides(t *testing.T) {
 	// Bad input: the form again with the message by the field, nothing
 	// written.
 	must(t, b.post("/ui/orgs", url.Values{"org": {"bad/org"}}), http.StatusBadRequest, `class="field-error" id="org-error"`)
-	if orgs, _ := store.ListOrgs(ctx); len(orgs) != 0 {
+	if orgs, _, _ := store.ListOrgs(ctx, "", 10); len(orgs) != 0 {
 		t.Fatalf("a refused org was written: %v", orgs)
 	}
 	a := b.post("/ui/orgs", url.Values{"org": {"acme"}})
@@ -290,7 +290,7 @@ func TestCSRF(t *testing.T) {
 	for _, form := range []url.Values{{"org": {"acme"}}, {"org": {"acme"}, "csrf": {"x"}}} {
 		must(t, b.postRaw("/ui/orgs", form), http.StatusForbidden, "CSRF", `href="/ui/orgs"`)
 	}
-	if orgs, _ := store.ListOrgs(context.Background()); len(orgs) != 0 {
+	if orgs, _, _ := store.ListOrgs(context.Background(), "", 10); len(orgs) != 0 {
 		t.Fatal("a CSRF-less POST wrote")
 	}
 }

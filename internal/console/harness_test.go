@@ -150,17 +150,15 @@ func (s simAdapter) Info(ctx context.Context) ([]byte, error) { return s.svc.Inf
 type storeOrgs struct{ s *orgstore.Store }
 
 func (o storeOrgs) ListOrgs(ctx context.Context, after string, limit int) ([]console.OrgSummary, string, error) {
-	all, err := o.s.ListOrgs(ctx)
+	page, next, err := o.s.ListOrgs(ctx, after, limit)
 	if err != nil {
 		return nil, "", err
 	}
-	var out []console.OrgSummary
-	for _, v := range all {
-		if v.ID > after && len(out) < limit {
-			out = append(out, console.OrgSummary{ID: v.ID, Version: v.Version, UpdatedAt: v.UpdatedAt})
-		}
+	out := make([]console.OrgSummary, len(page))
+	for i, v := range page {
+		out[i] = console.OrgSummary{ID: v.ID, Version: v.Version, UpdatedAt: v.UpdatedAt}
 	}
-	return out, "", nil
+	return out, next, nil
 }
 
 // env is a console on a real listener over a real store, deployer and

@@ -445,3 +445,40 @@ func TestStalledBodyIsCut(t *testing.T) {
 		t.Fatalf("a slow steady body was cut: %v; response %q", err, resp)
 	}
 }
+
+// TestGuardRunsBeforeRouting: the guard sees every request of a registered
+// path before its method is looked at, and of an unknown path before the
+// 404, so a refusal never tells which paths or methods exist; a request it
+// lets through carries what it put in the context.
+func TestGuardRunsBeforeRouting(t *testing.T) {
+	type key struct{}
+	r, err := NewRouter(RouterConfig{Guard: func(w http.ResponseWriter, req *http.Request) (*http.Request, bool) {
+		if req.Header.Get("Authorization") != "yes" {
+			WriteError(w, http.StatusUnauthorized, "no")
+			return nil, false
+		}
+		return req.WithContext(context.WithValue(req.Context(), key{}, "caller")), true
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Handle(http.MethodGet, "/things/{id}", func(w http.ResponseWriter, req *http.Request) {
+		WriteJSON(w, http.StatusOK, map[string]any{"caller": req.Context().Value(key{})})
+	})
+	for _, c := range []struct{ method, path string }{{"GET", "/things/a"}, {"POST", "/things/a"}, {"GET", "/nothing"}, {"GET", "//things/a"}} {
+		rec := do(t, r, c.method, c.path, "", nil)
+		if rec.Code != 401 || rec.Header().Get("X-Request-ID") == "" {
+			t.Errorf("%s %s without the header: %d %q", c.method, c.path, rec.Code, rec.Header())
+		}
+	}
+	ok := map[string]string{"Authorization": "yes"}
+	if rec := do(t, r, "GET", "/things/a", "", ok); rec.Code != 200 || !strings.Contains(rec.Body.String(), `"caller"`) {
+		t.Errorf("GET with the header: %d %s", rec.Code, rec.Body)
+	}
+	if rec := do(t, r, "POST", "/things/a", "", ok); rec.Code != 405 {
+		t.Errorf("POST with the header: %d", rec.Code)
+	}
+	if rec := do(t, r, "GET", "/nothing", "", ok); rec.Code != 404 {
+		t.Errorf("unknown path with the header: %d", rec.Code)
+	}
+}

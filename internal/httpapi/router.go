@@ -37,7 +37,22 @@ type RouterConfig struct {
 	// mid-body must not hold a connection and a handler for minutes. A
 	// large body that keeps arriving is never cut off.
 	BodyStallTimeout time.Duration
+	// Guard, when set, runs before a request is routed by method (and
+	// before the 404 of an unknown path): it returns the request to serve,
+	// or false once it has answered itself. Access control goes here, so
+	// that a caller without the right is refused before a 404 or 405
+	// could tell it what exists.
+	Guard Guard
+	// Wrap, when set, wraps every routed handler, inside the guard: what
+	// needs to know the caller the guard found (the audit of writes)
+	// goes here. Unknown paths and the guard's own refusals do not reach
+	// it.
+	Wrap func(http.Handler) http.Handler
 }
+
+// Guard is RouterConfig.Guard: it may replace the request (to carry what
+// it learned, such as the caller) or answer it and return false.
+type Guard func(w http.ResponseWriter, r *http.Request) (*http.Request, bool)
 
 // Router dispatches by path pattern (net/http ServeMux syntax, without the
 // method) and then by method, so a known path with an unknown method gets a
@@ -54,6 +69,8 @@ type Router struct {
 	metrics   *routerMetrics
 	unmatched http.Handler
 	stall     time.Duration
+	guard     Guard
+	wrap      func(http.Handler) http.Handler
 }
 
 type routerMetrics struct {
@@ -94,8 +111,12 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 		cfg.BodyStallTimeout = 30 * time.Second
 	}
 	r := &Router{mux: http.NewServeMux(), log: log, paths: map[string]map[string]http.HandlerFunc{}, metrics: m,
-		stall: cfg.BodyStallTimeout}
+		stall: cfg.BodyStallTimeout, guard: cfg.Guard, wrap: cfg.Wrap}
 	r.unmatched = r.instrument("unmatched", func(w http.ResponseWriter, req *http.Request) {
+		req, ok := r.guarded(w, req)
+		if !ok {
+			return
+		}
 		WriteError(w, http.StatusNotFound, "no such endpoint: "+req.URL.Path)
 	})
 	r.mux.Handle("/", r.unmatched)
@@ -115,14 +136,30 @@ func (r *Router) Handle(method, pattern string, h http.HandlerFunc) {
 	if !ok {
 		methods = map[string]http.HandlerFunc{}
 		r.paths[pattern] = methods
-		r.mux.Handle(pattern, r.instrument(pattern, func(w http.ResponseWriter, req *http.Request) {
+		var routed http.Handler = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 			r.dispatch(methods, w, req)
+		})
+		if r.wrap != nil {
+			routed = r.wrap(routed)
+		}
+		r.mux.Handle(pattern, r.instrument(pattern, func(w http.ResponseWriter, req *http.Request) {
+			if req, ok := r.guarded(w, req); ok {
+				routed.ServeHTTP(w, req)
+			}
 		}))
 	}
 	if _, dup := methods[method]; dup {
 		panic("httpapi: duplicate route " + method + " " + pattern)
 	}
 	methods[method] = h
+}
+
+// guarded runs the guard, if any.
+func (r *Router) guarded(w http.ResponseWriter, req *http.Request) (*http.Request, bool) {
+	if r.guard == nil {
+		return req, true
+	}
+	return r.guard(w, req)
 }
 
 func (r *Router) dispatch(methods map[string]http.HandlerFunc, w http.ResponseWriter, req *http.Request) {

@@ -717,6 +717,7 @@ func TestUnexpectedFailureIs500(t *testing.T) {
 		}
 		req, _ := http.NewRequest("GET", h.srv.URL+"/org/acme/overrides", nil)
 		req.Header.Set("X-Request-ID", "req-500")
+		h.authorize(req)
 		resp, err := h.srv.Client().Do(req)
 		if err != nil {
 			t.Fatal(err)

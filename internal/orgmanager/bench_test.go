@@ -128,7 +128,9 @@ func BenchmarkGetOverrideParallel(b *testing.B) {
 			i := 0
 			for pb.Next() {
 				i++
-				resp, err := client.Get(fmt.Sprintf("%s/org/acme/overrides?cidr=10.0.%d.0/24", h.srv.URL, i%256))
+				req, _ := http.NewRequest("GET", fmt.Sprintf("%s/org/acme/overrides?cidr=10.0.%d.0/24", h.srv.URL, i%256), nil)
+				h.authorize(req)
+				resp, err := client.Do(req)
 				if err != nil {
 					b.Error(err)
 					return

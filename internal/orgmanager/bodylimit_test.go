@@ -118,7 +118,7 @@ func (h *harness) declareLength(method, path string, length int64) (int, http.He
 	if err := conn.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
 		h.t.Fatal(err)
 	}
-	_, err = fmt.Fprintf(conn, "%s %s HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{\"data\":[", method, path, length)
+	_, err = fmt.Fprintf(conn, "%s %s HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{\"data\":[", method, path, h.token, length)
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -47,6 +47,7 @@ func FuzzJSONBodies(f *testing.F) {
 			{"PUT", "/settings"},
 		} {
 			req := httptest.NewRequest(ep.method, ep.path, strings.NewReader(body))
+			h.authorize(req)
 			rec := httptest.NewRecorder()
 			h.router.ServeHTTP(rec, req)
 			if rec.Code >= 500 {
@@ -64,6 +65,7 @@ func FuzzJSONBodies(f *testing.F) {
 				t.Fatalf("%s %s %q: status %d", ep.method, ep.path, body, rec.Code)
 			} else if ep.method == "PUT" {
 				req := httptest.NewRequest("GET", ep.path, nil)
+				h.authorize(req)
 				got := httptest.NewRecorder()
 				h.router.ServeHTTP(got, req)
 				d, err := settings.Parse(got.Body.Bytes())
@@ -95,6 +97,7 @@ func FuzzSettingsQuery(f *testing.F) {
 			{"GET", "/settings", ""},
 		} {
 			req := httptest.NewRequest(ep.method, ep.path, strings.NewReader(ep.body))
+			h.authorize(req)
 			req.URL.RawQuery = query
 			rec := httptest.NewRecorder()
 			h.router.ServeHTTP(rec, req)
@@ -125,6 +128,7 @@ func FuzzQueryCIDR(f *testing.F) {
 	f.Fuzz(func(t *testing.T, c string) {
 		for _, method := range []string{"GET", "DELETE"} {
 			req := httptest.NewRequest(method, "/org/acme/overrides", nil)
+			h.authorize(req)
 			req.URL.RawQuery = "cidr=" + c
 			rec := httptest.NewRecorder()
 			h.router.ServeHTTP(rec, req)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/svc-pf/svc-pf/internal/access"
 	"github.com/svc-pf/svc-pf/internal/deploy"
 	"github.com/svc-pf/svc-pf/internal/httpapi"
 	"github.com/svc-pf/svc-pf/internal/orgstore"
@@ -29,6 +30,10 @@ type harness struct {
 	deployer *deploy.Deployer
 	notes    *notifyRecorder
 	router   *httpapi.Router
+	tokens   *access.Tokens
+	// token is the platform admin's token every request carries unless
+	// doAs names another.
+	token string
 }
 
 // notifyRecorder is the real deployer, counting the notifications the API
@@ -86,11 +91,26 @@ func newHarnessConfig(t testing.TB, cfg deploy.Config) *harness {
 		t.Fatal(err)
 	}
 	notes := &notifyRecorder{Deployer: d, orgs: map[string]int{}}
-	api, err := New(Config{Store: store, Deployer: notes})
+	tokens, err := access.New(access.Config{Store: store})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := httpapi.NewRouter(httpapi.RouterConfig{Registerer: reg})
+	_, admin, err := tokens.Create(context.Background(), access.Principal{Role: access.RoleAdmin}, access.NewToken{Role: access.RoleAdmin, Name: "harness"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, err := New(Config{Store: store, Deployer: notes, Tokens: tokens})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The tests send many refused requests from one address; the failure
+	// limit has a test of its own (TestFailureLimit).
+	guard, err := access.NewGuard(access.GuardConfig{Verifier: tokens, Protected: Protected, Authorize: Authorize,
+		Failures: access.FailureLimit{Max: 1 << 30}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := httpapi.NewRouter(httpapi.RouterConfig{Registerer: reg, Guard: guard.Check})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +127,12 @@ func newHarnessConfig(t testing.TB, cfg deploy.Config) *harness {
 		cancel()
 		<-done
 	})
-	return &harness{t: t, srv: srv, store: store, deployer: d, notes: notes, router: r}
+	return &harness{t: t, srv: srv, store: store, deployer: d, notes: notes, router: r, tokens: tokens, token: admin}
+}
+
+// authorize gives req the admin's token.
+func (h *harness) authorize(req *http.Request) {
+	req.Header.Set("Authorization", "Bearer "+h.token)
 }
 
 type response struct {
@@ -119,6 +144,12 @@ type response struct {
 // do sends a request; body is sent as is when it is a string or a reader
 // (a reader streams, chunked), else as JSON.
 func (h *harness) do(method, path string, body any) *response {
+	h.t.Helper()
+	return h.doAs(h.token, method, path, body)
+}
+
+// doAs is do with another token; "" sends no Authorization header.
+func (h *harness) doAs(token, method, path string, body any) *response {
 	h.t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
@@ -137,6 +168,9 @@ func (h *harness) do(method, path string, body any) *response {
 	req, err := http.NewRequest(method, h.srv.URL+path, rd)
 	if err != nil {
 		h.t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := h.srv.Client().Do(req)
 	if err != nil {

@@ -41,15 +41,6 @@ func (a *API) registerListing(r *httpapi.Router) {
 	r.Handle(http.MethodGet, "/org/{org}/audit", a.org(a.orgAudit))
 }
 
-// principal returns the verified caller, or answers 401 itself.
-func principal(w http.ResponseWriter, r *http.Request) (access.Principal, bool) {
-	p, ok := access.FromContext(r.Context())
-	if !ok {
-		denied(w, access.ErrUnauthorized)
-	}
-	return p, ok
-}
-
 // denied answers one of access's refusals with its status.
 func denied(w http.ResponseWriter, err error) {
 	status := http.StatusForbidden

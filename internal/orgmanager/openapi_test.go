@@ -1,6 +1,8 @@
 package orgmanager
 
 import (
+	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -22,8 +24,15 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 		t.Fatal(err)
 	}
 	var doc struct {
-		OpenAPI string                    `yaml:"openapi"`
-		Paths   map[string]map[string]any `yaml:"paths"`
+		OpenAPI    string                    `yaml:"openapi"`
+		Paths      map[string]map[string]any `yaml:"paths"`
+		Security   []map[string][]string     `yaml:"security"`
+		Components struct {
+			SecuritySchemes map[string]struct {
+				Type   string `yaml:"type"`
+				Scheme string `yaml:"scheme"`
+			} `yaml:"securitySchemes"`
+		} `yaml:"components"`
 	}
 	if err := yaml.Unmarshal(raw, &doc); err != nil {
 		t.Fatal(err)
@@ -31,14 +40,35 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	if !strings.HasPrefix(doc.OpenAPI, "3.") {
 		t.Fatalf("openapi version %q", doc.OpenAPI)
 	}
+	if b := doc.Components.SecuritySchemes["bearer"]; b.Type != "http" || b.Scheme != "bearer" || len(doc.Security) != 1 || doc.Security[0]["bearer"] == nil {
+		t.Fatalf("no bearer security scheme applied to the document: %+v %+v", doc.Components.SecuritySchemes, doc.Security)
+	}
 	var documented []string
 	for path, ops := range doc.Paths {
 		for method, op := range ops {
 			if method == "parameters" {
 				continue
 			}
-			if m, ok := op.(map[string]any); !ok || m["responses"] == nil {
+			m, ok := op.(map[string]any)
+			if !ok || m["responses"] == nil {
 				t.Errorf("%s %s has no responses", method, path)
+				continue
+			}
+			// Every operation the guard protects documents its refusals;
+			// every other one says it needs no token.
+			resp, _ := m["responses"].(map[string]any)
+			sec, hasSec := m["security"]
+			if Protected(&http.Request{URL: &url.URL{Path: path}}) {
+				for _, code := range []string{"401", "403", "429"} {
+					if resp[code] == nil {
+						t.Errorf("%s %s does not document %s", method, path, code)
+					}
+				}
+				if hasSec {
+					t.Errorf("%s %s overrides the bearer security", method, path)
+				}
+			} else if s, _ := sec.([]any); !hasSec || len(s) != 0 {
+				t.Errorf("%s %s is open but does not say security: []", method, path)
 			}
 			documented = append(documented, strings.ToUpper(method)+" "+path)
 		}

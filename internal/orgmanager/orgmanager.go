@@ -72,14 +72,19 @@ var (
 type Config struct {
 	Store    Store
 	Deployer Deployer
-	Logger   *slog.Logger
+	// Tokens serves /tokens; nil leaves those endpoints out. Access to
+	// every endpoint is checked before routing, by the guard the caller
+	// puts on the router with Protected and Authorize.
+	Tokens TokenService
+	Logger *slog.Logger
 }
 
 // API serves the organisation API and its settings endpoints: each
 // handler decodes its request, calls one of the Ops and writes the answer.
 type API struct {
-	ops *Ops
-	log *slog.Logger
+	ops    *Ops
+	tokens TokenService
+	log    *slog.Logger
 }
 
 // New returns the API; Register mounts it.
@@ -91,7 +96,7 @@ func New(cfg Config) (*API, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &API{ops: &Ops{store: cfg.Store, deploy: cfg.Deployer}, log: log}, nil
+	return &API{ops: &Ops{store: cfg.Store, deploy: cfg.Deployer}, tokens: cfg.Tokens, log: log}, nil
 }
 
 // Ops returns the operations the handlers call, for the console.
@@ -114,6 +119,9 @@ func (a *API) Register(r *httpapi.Router) {
 	r.Handle(http.MethodGet, "/org/{org}/effective-ranges", a.org(a.effectiveRanges))
 	a.registerSettings(r)
 	a.registerListing(r)
+	if a.tokens != nil {
+		a.registerTokens(r)
+	}
 }
 
 type orgHandler func(w http.ResponseWriter, r *http.Request, org string)

@@ -85,3 +85,24 @@ func TestExclusiveSQLiteRefusesASecondStore(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestGuestLeavesTheLock: a Guest store (the token CLI, an IP Mapper
+// verifying tokens) open on the SQLite file never keeps the orgmanager's
+// exclusive start off it, and writes beside it.
+func TestGuestLeavesTheLock(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "orgmanager.db")
+	guest, err := orgstore.Open(ctx, orgstore.Config{URL: "sqlite:" + path, Guest: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer guest.Close()
+	owner, err := orgstore.Open(ctx, orgstore.Config{URL: "sqlite:" + path, Exclusive: true})
+	if err != nil {
+		t.Fatalf("the exclusive open beside a guest: %v", err)
+	}
+	defer owner.Close()
+	if has, err := guest.HasTokens(ctx); err != nil || has {
+		t.Fatalf("the guest reads: %v %v", has, err)
+	}
+}

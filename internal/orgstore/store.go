@@ -50,6 +50,12 @@ type Config struct {
 	// late, and two `svc-pf all` on one data directory are refused already
 	// by the directory's own lock, a different file.
 	Exclusive bool
+	// Guest (SQLite only) opens without trying the lock file at all, and so
+	// without the read cache: for a process beside the orgmanager that
+	// only reads and writes tokens (`svc-pf token`, an IP Mapper verifying
+	// tokens), which must never hold the lock the orgmanager's Exclusive
+	// start needs. Tokens are outside the cache, so its reasoning stands.
+	Guest bool
 }
 
 var (
@@ -188,6 +194,8 @@ type Store struct {
 	lock  *filelock.Lock
 	// exclusive is Config.Exclusive: a lock held elsewhere fails Open.
 	exclusive bool
+	// guest is Config.Guest: the lock file is not tried.
+	guest bool
 	// health is the outcome of the last write or write probe (writable.go).
 	health writeHealth
 }
@@ -206,7 +214,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if readConns <= 0 {
 		readConns = max(4, 2*runtime.GOMAXPROCS(0))
 	}
-	s := &Store{dialect: t.dialect, now: cfg.Now, q: queriesFor(t.dialect), exclusive: cfg.Exclusive}
+	s := &Store{dialect: t.dialect, now: cfg.Now, q: queriesFor(t.dialect), exclusive: cfg.Exclusive, guest: cfg.Guest}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -258,8 +266,12 @@ func (s *Store) openSQLite(ctx context.Context, path string, readConns int) erro
 	// second orgmanager touches nothing (not even the migrations) of the
 	// file another one serves. A read-only directory (no lock file can be
 	// made) only costs the cache, unless Exclusive.
-	lock, err := filelock.File(abs+".lock", "SQLite database "+abs)
+	var lock *filelock.Lock
+	if !s.guest {
+		lock, err = filelock.File(abs+".lock", "SQLite database "+abs)
+	}
 	switch {
+	case s.guest:
 	case err == nil:
 		s.lock = lock
 		s.cache = newOverrideCache(overrideCacheSize)
