@@ -79,6 +79,19 @@ func (s *Store) DeleteOrg(ctx context.Context, id string) error {
 			pk, s.nowMicros()); err != nil {
 			return fmt.Errorf("orgstore: delete organisation: %w", err)
 		}
+		// The organisation's tokens die with it: an organisation created
+		// again under the same id is another customer, whom the old
+		// tokens must not reach. Verifiers see the change counter move
+		// (access.Tokens, within its recheck interval).
+		res, err := tx.ExecContext(ctx, `UPDATE tokens SET revoked_at = $2 WHERE org = $1 AND revoked_at = 0`, id, max(s.nowMicros(), 1))
+		if err != nil {
+			return fmt.Errorf("orgstore: delete organisation: revoke its tokens: %w", err)
+		}
+		if n, err := res.RowsAffected(); err != nil || n > 0 {
+			if _, err := tx.ExecContext(ctx, bumpTokenChanges); err != nil {
+				return fmt.Errorf("orgstore: delete organisation: revoke its tokens: %w", err)
+			}
+		}
 		for _, q := range []string{
 			`DELETE FROM settings WHERE org_pk = $1`,
 			`DELETE FROM overrides WHERE org_pk = $1`,

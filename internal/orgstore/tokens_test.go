@@ -81,3 +81,51 @@ func TestTokenRows(t *testing.T) {
 		}
 	})
 }
+
+// TestDeleteOrgRevokesItsTokens: deleting an organisation revokes its
+// scoped tokens in the same transaction and moves the change counter, so
+// that an organisation created again under the same id (another customer)
+// is not reachable with the old tokens; other organisations' tokens and
+// admin tokens stay.
+func TestDeleteOrgRevokesItsTokens(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, open func(t *testing.T) *orgstore.Store) {
+		s := open(t)
+		ctx := context.Background()
+		for _, org := range []string{"acme", "beta"} {
+			if _, err := s.PutOrg(ctx, org); err != nil {
+				t.Fatal(err)
+			}
+		}
+		at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+		rows := []access.StoredToken{
+			{Token: access.Token{ID: "00000000000000a1", Role: access.RoleAdmin, CreatedAt: at}, Hash: access.HashSecret("a")},
+			{Token: access.Token{ID: "00000000000000a2", Role: access.RoleOrgAdmin, Org: "acme", CreatedAt: at}, Hash: access.HashSecret("b")},
+			{Token: access.Token{ID: "00000000000000a3", Role: access.RoleOrgViewer, Org: "acme", CreatedAt: at}, Hash: access.HashSecret("c")},
+			{Token: access.Token{ID: "00000000000000b1", Role: access.RoleOrgAdmin, Org: "beta", CreatedAt: at}, Hash: access.HashSecret("d")},
+		}
+		for _, r := range rows {
+			if err := s.InsertToken(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c0, err := s.TokenChanges(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.DeleteOrg(ctx, "acme"); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rows {
+			got, err := s.TokenByID(ctx, r.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := r.Org == "acme"; got.RevokedAt.IsZero() == want {
+				t.Errorf("token %s of %q: revoked at %v after deleting acme", r.ID, r.Org, got.RevokedAt)
+			}
+		}
+		if c, err := s.TokenChanges(ctx); err != nil || c <= c0 {
+			t.Fatalf("change counter %d (%v) after the delete, was %d", c, err, c0)
+		}
+	})
+}
