@@ -39,7 +39,7 @@ Usage:
   svc-pf <command> [--config FILE] [--debug]
   svc-pf feed build|serve|lookup …
   svc-pf ipmapper sessions --ip ADDR|--org ORG|--username NAME [--url URL] [--token-file FILE] [--json]
-  svc-pf token create --role R [--org ORG] [--name N] [--expires D] | list | revoke ID  [-c FILE]
+  svc-pf token create --role R [--org ORG] [--name N] [--expires D] | list | revoke ID  [-c FILE] | generate
   svc-pf --version
 
 Commands:

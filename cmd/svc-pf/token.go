@@ -19,7 +19,8 @@ const tokenUsage = `Usage:
   svc-pf token create --role admin|org-admin|org-viewer [--org ORG] [--name NAME] [--expires DURATION]
   svc-pf token list
   svc-pf token revoke ID
-Options of every subcommand:
+  svc-pf token generate
+Options of create, list and revoke:
   -c, --config FILE   the orgmanager's config (default /etc/svc-pf/orgmanager.yaml), for database.url
   --database URL      the database instead (sqlite:PATH or postgres://…; under svc-pf all
                       sqlite:<data_dir>/orgmanager.db)
@@ -28,6 +29,9 @@ Works on the orgmanager's database directly, as a platform admin: for the first 
 and when no token is at hand. create prints the token on stdout, once; only its hash is
 kept. --org names the organisation of a scoped role; --expires is a Go duration (720h).
 A revocation applies in every running orgmanager within seconds (docs/access.md).
+
+generate prints a fresh token string and stores nothing: a value for SVCPF_ADMIN_TOKEN,
+which every start then ensures exists as an admin token (a secrets manager keeps it).
 `
 
 // runToken is `svc-pf token …`.
@@ -44,6 +48,14 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return 0
 	}
 	sub, rest := args[0], args[1:]
+	if sub == "generate" {
+		if len(rest) > 0 {
+			fmt.Fprintf(stderr, "svc-pf token generate takes no arguments\n\n%s", tokenUsage)
+			return 2
+		}
+		fmt.Fprintln(stdout, access.GenerateToken())
+		return 0
+	}
 	fs := flag.NewFlagSet("svc-pf token "+sub, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, tokenUsage) }

@@ -78,3 +78,22 @@ func TestTokenCommand(t *testing.T) {
 		t.Errorf("a missing config: %d %q", code, errOut)
 	}
 }
+
+// TestTokenGenerate: `svc-pf token generate` prints a token in the
+// verifiers' format, a new one each time, and stores nothing (it needs no
+// database): a value for SVCPF_ADMIN_TOKEN.
+func TestTokenGenerate(t *testing.T) {
+	code, a, errOut := runCLI("token", "generate")
+	if code != 0 || errOut != "" {
+		t.Fatalf("generate: %d %q %q", code, a, errOut)
+	}
+	if _, _, err := access.ParseToken(strings.TrimSpace(a)); err != nil {
+		t.Fatalf("generate printed %q, not a token: %v", a, err)
+	}
+	if _, b, _ := runCLI("token", "generate"); b == a {
+		t.Fatalf("two calls printed the same token %q", a)
+	}
+	if code, _, errOut := runCLI("token", "generate", "--role", "admin"); code != 2 || !strings.Contains(errOut, "takes no arguments") {
+		t.Fatalf("generate with arguments: %d %q", code, errOut)
+	}
+}
