@@ -51,7 +51,11 @@ func TestCommandLine(t *testing.T) {
 func TestOrgManagerRunsAndStops(t *testing.T) {
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "om.yaml")
-	if err := os.WriteFile(cfg, []byte("http:\n  address: 127.0.0.1:0\ndatabase:\n  url: sqlite:"+filepath.Join(dir, "o.db")+"\n"), 0o600); err != nil {
+	// The bootstrap token goes to the test's directory, not to the
+	// default data/admin.token under the working directory (the source
+	// tree).
+	if err := os.WriteFile(cfg, []byte("http:\n  address: 127.0.0.1:0\ndatabase:\n  url: sqlite:"+filepath.Join(dir, "o.db")+
+		"\nauth:\n  bootstrap_token_file: "+filepath.Join(dir, "admin.token")+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -72,6 +76,9 @@ func TestOrgManagerRunsAndStops(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "o.db")); err != nil {
 		t.Fatalf("database not created: %v", err)
 	}
+	if fi, err := os.Stat(filepath.Join(dir, "admin.token")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("bootstrap token file: %v %v", fi, err)
+	}
 }
 
 // TestDebugFlag: --debug lowers the log level to debug whatever log.level
@@ -90,7 +97,8 @@ func TestDebugFlag(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			cfg := filepath.Join(dir, "om.yaml")
-			yaml := "http:\n  address: 127.0.0.1:0\ndatabase:\n  url: sqlite:" + filepath.Join(dir, "o.db") + "\nlog:\n  level: " + tc.level + "\n"
+			yaml := "http:\n  address: 127.0.0.1:0\ndatabase:\n  url: sqlite:" + filepath.Join(dir, "o.db") + "\nlog:\n  level: " + tc.level +
+				"\nauth:\n  bootstrap_token_file: " + filepath.Join(dir, "admin.token") + "\n"
 			if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
 				t.Fatal(err)
 			}
