@@ -51,6 +51,9 @@ func TestCommandLine(t *testing.T) {
 func TestOrgManagerRunsAndStops(t *testing.T) {
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "om.yaml")
+	// The bootstrap token goes to the test's directory, not to the
+	// default data/admin.token under the working directory (the source
+	// tree).
 	if err := os.WriteFile(cfg, []byte("http:\n  address: 127.0.0.1:0\ndatabase:\n  url: sqlite:"+filepath.Join(dir, "o.db")+
 		"\nauth:\n  bootstrap_token_file: "+filepath.Join(dir, "admin.token")+"\n"), 0o600); err != nil {
 		t.Fatal(err)

@@ -18,7 +18,13 @@ import (
 // bypassing the tests' default token.
 func get(t *testing.T, url, auth string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest("GET", url, nil)
+	return send(t, "GET", url, auth, "")
+}
+
+// send is get with another method and a body.
+func send(t *testing.T, method, url, auth, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,8 +41,8 @@ func get(t *testing.T, url, auth string) (int, string) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body)
+	got, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(got)
 }
 
 // TestBootstrapToken: `svc-pf all` on an empty database writes an admin
@@ -157,6 +163,22 @@ func TestAuthModeNone(t *testing.T) {
 		}
 		if code, _ := get(t, "http://"+all.IPMapper.Addr().String()+"/sessions?org=acme", ""); code == 401 {
 			t.Errorf("GET /sessions without a token under mode none: %d", code)
+		}
+		// The listings and the audit take the admin the guard puts in the
+		// request under mode none; the audit names that caller.
+		om := "http://" + all.OrgManager.Addr().String()
+		if code, body := send(t, "PUT", om+"/org/lab", "", ""); code != 200 {
+			t.Fatalf("PUT /org/lab under mode none: %d %s", code, body)
+		}
+		for path, want := range map[string]string{
+			"/org":                     `"org_id":"lab"`,
+			"/org/lab/settings?list=1": `"documents":[]`,
+			"/org/lab/audit":           `"method":"PUT","path":"/org/lab","org":"lab"`,
+			"/audit?limit=1":           `"token_id":"","token_name":"auth.mode none","role":"admin","method":"PUT","path":"/org/lab"`,
+		} {
+			if code, body := get(t, om+path, ""); code != 200 || !strings.Contains(body, want) {
+				t.Errorf("GET %s under mode none: %d %s, want 200 with %s", path, code, body, want)
+			}
 		}
 		stop()
 		if out := logs.String(); !strings.Contains(out, "level=WARN") || !strings.Contains(out, "auth.mode is none") {

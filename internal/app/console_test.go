@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -14,42 +15,45 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/svc-pf/svc-pf/internal/access"
 	"github.com/svc-pf/svc-pf/internal/console"
 	"github.com/svc-pf/svc-pf/internal/readmodel/feeds"
 )
-
-// oneToken authenticates one admin secret: the token store of package
-// access joins this branch later; until then the test stands in for it
-// with the smallest real authenticator.
-type oneToken struct{ secret string }
-
-func (o oneToken) Authenticate(_ context.Context, secret string) (access.Principal, error) {
-	if secret != o.secret {
-		return access.Principal{}, access.ErrUnauthorized
-	}
-	return access.Principal{TokenID: "t1", Name: "test", Role: access.RoleAdmin}, nil
-}
 
 // TestAllConsole: under svc-pf all the console is on the orgmanager's
 // listener, and its "why", sessions and feeds pages reach the simulator
 // and the IP Mapper of the same process over NATS: a username blocked a
 // category through the REST API is "block … category" on the why page.
+// The console signs in with a token of the orgmanager's own (made through
+// POST /tokens), and its form writes are audited under that token: GET
+// /org/{org}/audit through the REST API shows them.
 func TestAllConsole(t *testing.T) {
 	dir := badwareFeed(t)
 	cfg := testAllConfig(t)
 	cfg.Feeds = []feeds.FeedConfig{{Name: "badware", URL: dir, PollInterval: 100 * time.Millisecond}}
 	cfg.Simulator.APIKeys = []string{"sim-key"}
-	cfg.OrgManager.Console.Auth = oneToken{"console-secret"}
 	all := startAll(t, cfg)
 	p := &platformNode{t: t, org: "http://" + all.OrgManager.Addr().String()}
+	// The console's operator: an admin token of its own, so that the
+	// audit below tells its records from the REST API's (which carry
+	// testAdminToken).
+	code, created := send(t, "POST", p.org+"/tokens", "Bearer "+testAdminToken, `{"role":"admin","name":"console operator"}`)
+	var operator struct{ ID, Token string }
+	if err := json.Unmarshal([]byte(created), &operator); code != http.StatusCreated || err != nil || operator.Token == "" {
+		t.Fatalf("POST /tokens: %d %s", code, created)
+	}
 	p.rest("PUT", "/org/acme", nil, 200)
 	p.rest("PATCH", "/org/acme/prefixes", map[string]any{"add": []string{"127.0.0.0/8"}}, 200)
 	p.rest("POST", "/org/acme/overrides", map[string]any{"cidr": "127.0.0.2/32", "username": "alice"}, 200)
 	p.rest("PUT", "/org/acme/settings?username=alice", map[string]any{"blocked_categories": []int{3}}, 200)
 
 	jar, _ := cookiejar.New(nil)
-	c := &http.Client{Jar: jar}
+	// A browser: the session cookie only, no Authorization header (the
+	// transport under the tests' bearerTransport).
+	transport := http.DefaultTransport
+	if b, ok := transport.(bearerTransport); ok {
+		transport = b.base
+	}
+	c := &http.Client{Jar: jar, Transport: transport}
 	get := func(path string) (int, string) {
 		t.Helper()
 		resp, err := c.Get(p.org + path)
@@ -65,7 +69,7 @@ func TestAllConsole(t *testing.T) {
 	if m == nil {
 		t.Fatalf("no sign-in form:\n%s", body)
 	}
-	resp, err := c.PostForm(p.org+"/ui/signin", url.Values{"csrf": {m[1]}, "token": {"console-secret"}})
+	resp, err := c.PostForm(p.org+"/ui/signin", url.Values{"csrf": {m[1]}, "token": {operator.Token}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,6 +97,42 @@ func TestAllConsole(t *testing.T) {
 	}
 	if status, body := get("/ui/feeds"); status != http.StatusOK || !strings.Contains(body, "<td>badware</td>") {
 		t.Fatalf("feeds page: %d\n%s", status, body)
+	}
+
+	// A form write through the console, then the organisation's audit
+	// through the REST API with the admin token: the record names the
+	// console's path and the token the console signed in with.
+	_, body = get("/ui/orgs/acme/overrides")
+	m = regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(body)
+	if m == nil {
+		t.Fatalf("no form on the overrides page:\n%s", body)
+	}
+	resp, err = c.PostForm(p.org+"/ui/orgs/acme/overrides", url.Values{"csrf": {m[1]}, "cidr": {"127.0.0.3/32"}, "username": {"bob"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Request.URL.Path != "/ui/orgs/acme/overrides" {
+		t.Fatalf("override form ended at %d %s", resp.StatusCode, resp.Request.URL)
+	}
+	code, body = send(t, "GET", p.org+"/org/acme/audit?limit=1", "Bearer "+testAdminToken, "")
+	var audit struct {
+		Records []struct {
+			TokenID   string `json:"token_id"`
+			TokenName string `json:"token_name"`
+			Role      string `json:"role"`
+			Method    string `json:"method"`
+			Path      string `json:"path"`
+			Org       string `json:"org"`
+			Status    int    `json:"status"`
+		} `json:"records"`
+	}
+	if err := json.Unmarshal([]byte(body), &audit); code != http.StatusOK || err != nil || len(audit.Records) != 1 {
+		t.Fatalf("GET /org/acme/audit: %d %s", code, body)
+	}
+	if r := audit.Records[0]; r.TokenID != operator.ID || r.TokenName != "console operator" || r.Role != "admin" ||
+		r.Method != "POST" || r.Path != "/ui/orgs/acme/overrides" || r.Org != "acme" || r.Status != http.StatusSeeOther {
+		t.Fatalf("the console's write is audited as %+v, want POST /ui/orgs/acme/overrides by token %s (console operator)", r, operator.ID)
 	}
 
 	// The standalone orgmanager's way to the simulator: its NATS API,

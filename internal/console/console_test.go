@@ -6,9 +6,11 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/svc-pf/svc-pf/internal/access"
 	"github.com/svc-pf/svc-pf/internal/console"
 	"github.com/svc-pf/svc-pf/internal/orgstore"
 	"github.com/svc-pf/svc-pf/internal/settings"
@@ -101,7 +103,7 @@ func TestRevokedTokenEndsSession(t *testing.T) {
 	admin := e.browser()
 	admin.signIn(adminSecret)
 	admin.get("/ui/tokens")
-	a := admin.post("/ui/tokens/revoke", url.Values{"id": {"acme1"}})
+	a := admin.post("/ui/tokens/revoke", url.Values{"id": {acmeID}})
 	if a.status != http.StatusSeeOther {
 		t.Fatalf("revoke: %d %s", a.status, a.body)
 	}
@@ -180,9 +182,25 @@ func TestOrganisationsPrefixesOverrides(t *testing.T) {
 	if _, err := store.GetOrg(ctx, "acme"); err == nil {
 		t.Fatal("organisation still there")
 	}
-	// Every write left an audit record.
-	if n := len(e.audit.recs); n < 7 {
-		t.Fatalf("%d audit records", n)
+	// Every write left an audit record in the store, under the token the
+	// console signed in with.
+	recs, err := store.AuditRecords(ctx, access.AuditQuery{Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) < 7 {
+		t.Fatalf("%d audit records", len(recs))
+	}
+	deleted := false
+	for _, r := range recs {
+		if r.TokenID != adminID || r.TokenName != "bootstrap" || r.Role != access.RoleAdmin || r.Method != http.MethodPost ||
+			!strings.HasPrefix(r.Path, "/ui/orgs") || r.RequestID == "" {
+			t.Errorf("audit record %+v", r)
+		}
+		deleted = deleted || (r.Path == "/ui/orgs/acme/delete" && r.Org == "acme" && r.Status == http.StatusSeeOther)
+	}
+	if !deleted {
+		t.Errorf("no record of the organisation's deletion in %+v", recs)
 	}
 }
 
@@ -303,8 +321,12 @@ func TestTokensAndAudit(t *testing.T) {
 	must(t, b.post("/ui/tokens", url.Values{"role": {"org-admin"}}), http.StatusBadRequest, `id="org-error"`)
 	must(t, b.post("/ui/tokens", url.Values{"role": {"root"}}), http.StatusBadRequest, `id="role-error"`)
 	must(t, b.post("/ui/tokens", url.Values{"role": {"org-viewer"}, "org": {"acme"}, "expires": {"-1h"}}), http.StatusBadRequest, `id="expires-error"`)
-	a := must(t, b.post("/ui/tokens", url.Values{"role": {"org-viewer"}, "org": {"acme"}, "name": {"ci"}}), http.StatusOK, "shown once", "secret-t")
-	_ = a
+	a := must(t, b.post("/ui/tokens", url.Values{"role": {"org-viewer"}, "org": {"acme"}, "name": {"ci"}}), http.StatusOK, "shown once", "svcpf_")
+	// The token shown is one the token service verifies.
+	shown := regexp.MustCompile(`svcpf_[0-9a-f]{16}_[0-9a-f]{64}`).FindString(a.body)
+	if p, err := e.tokens.Authenticate(context.Background(), shown); err != nil || p.Role != access.RoleOrgViewer || p.Org != "acme" || p.Name != "ci" {
+		t.Fatalf("the token shown (%q): %+v %v", shown, p, err)
+	}
 	must(t, b.get("/ui/tokens"), http.StatusOK, "ci", "org-viewer")
 	must(t, b.get("/ui/audit"), http.StatusOK, "/ui/tokens")
 }

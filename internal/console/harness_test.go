@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,107 +27,13 @@ import (
 	"github.com/svc-pf/svc-pf/internal/simulator"
 )
 
-// tokenTable is the test's token store: the tokens of package access are
-// built beside this package and joined to it later, so the tests stand in
-// for them with the smallest real thing — secrets mapped to principals,
-// revocable. Unavoidable until then; it implements console.Authenticator
-// and console.Tokens by the rules the token store follows (a scoped
-// caller sees and touches its own organisation's tokens only).
-type tokenTable struct {
-	mu      sync.Mutex
-	secrets map[string]access.Principal
-	tokens  []access.Token
-	n       int
-}
+// storeAudit reads the audit for the console's pages: the store's read,
+// the one GET /audit and GET /org/{org}/audit answer from (internal/app
+// wires the same).
+type storeAudit struct{ s *orgstore.Store }
 
-func newTokenTable() *tokenTable { return &tokenTable{secrets: map[string]access.Principal{}} }
-
-func (tt *tokenTable) add(secret string, p access.Principal) {
-	tt.mu.Lock()
-	defer tt.mu.Unlock()
-	tt.secrets[secret] = p
-	tt.tokens = append(tt.tokens, access.Token{ID: p.TokenID, Name: p.Name, Role: p.Role, Org: p.Org, CreatedAt: time.Now().UTC()})
-}
-
-func (tt *tokenTable) Authenticate(_ context.Context, secret string) (access.Principal, error) {
-	tt.mu.Lock()
-	defer tt.mu.Unlock()
-	p, ok := tt.secrets[secret]
-	if !ok {
-		return access.Principal{}, access.ErrUnauthorized
-	}
-	return p, nil
-}
-
-func (tt *tokenTable) Create(_ context.Context, by access.Principal, nt access.NewToken) (access.Token, string, error) {
-	if err := by.Write(nt.Org); err != nil && !by.Admin() {
-		return access.Token{}, "", err
-	}
-	tt.mu.Lock()
-	tt.n++
-	id := "t" + string(rune('a'+tt.n))
-	tt.mu.Unlock()
-	secret := "secret-" + id
-	tt.add(secret, access.Principal{TokenID: id, Name: nt.Name, Role: nt.Role, Org: nt.Org})
-	return access.Token{ID: id, Name: nt.Name, Role: nt.Role, Org: nt.Org}, secret, nil
-}
-
-func (tt *tokenTable) List(_ context.Context, by access.Principal) ([]access.Token, error) {
-	tt.mu.Lock()
-	defer tt.mu.Unlock()
-	var out []access.Token
-	for _, t := range tt.tokens {
-		if by.Admin() || t.Org == by.Org {
-			out = append(out, t)
-		}
-	}
-	return out, nil
-}
-
-func (tt *tokenTable) Revoke(_ context.Context, by access.Principal, id string) error {
-	tt.mu.Lock()
-	defer tt.mu.Unlock()
-	for i, t := range tt.tokens {
-		if t.ID != id {
-			continue
-		}
-		if !by.Admin() && t.Org != by.Org {
-			return access.ErrForbidden
-		}
-		tt.tokens[i].RevokedAt = time.Now().UTC()
-		for s, p := range tt.secrets {
-			if p.TokenID == id {
-				delete(tt.secrets, s)
-			}
-		}
-		return nil
-	}
-	return errors.New("no such token")
-}
-
-// auditLog keeps the records the console writes, for the audit pages.
-type auditLog struct {
-	mu   sync.Mutex
-	recs []access.AuditRecord
-}
-
-func (a *auditLog) Record(_ context.Context, r access.AuditRecord) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.recs = append(a.recs, r)
-	return nil
-}
-
-func (a *auditLog) Audit(_ context.Context, q access.AuditQuery) ([]access.AuditRecord, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	var out []access.AuditRecord
-	for i := len(a.recs) - 1; i >= 0 && len(out) < q.Limit; i-- {
-		if q.Org == "" || a.recs[i].Org == q.Org {
-			out = append(out, a.recs[i])
-		}
-	}
-	return out, nil
+func (a storeAudit) Audit(ctx context.Context, q access.AuditQuery) ([]access.AuditRecord, error) {
+	return a.s.AuditRecords(ctx, q)
 }
 
 // simAdapter is the in-process simulator as the console takes it (what
@@ -162,21 +67,52 @@ func (o storeOrgs) ListOrgs(ctx context.Context, after string, limit int) ([]con
 }
 
 // env is a console on a real listener over a real store, deployer and
-// simulator.
+// simulator, with the real token service and auditor on that store.
 type env struct {
-	t      testing.TB
-	base   string
-	store  *orgstore.Store
-	tokens *tokenTable
-	audit  *auditLog
-	logs   *natstest.LogBuffer
+	t       testing.TB
+	base    string
+	store   *orgstore.Store
+	tokens  *access.Tokens
+	auditor *access.Auditor
+	logs    *natstest.LogBuffer
 }
 
+// The tokens every env starts with, in the format of package access (so
+// that the tests can name them): a platform admin, acme's org-admin and
+// acme's viewer. newEnv stores them hashed, as any token is stored.
 const (
-	adminSecret  = "admin-secret-0123456789"
-	acmeSecret   = "acme-secret-0123456789"
-	viewerSecret = "viewer-secret-0123456789"
+	adminID      = "00000000000000a1"
+	acmeID       = "00000000000000a2"
+	viewerID     = "00000000000000a3"
+	adminSecret  = "svcpf_" + adminID + "_1111111111111111111111111111111111111111111111111111111111111111"
+	acmeSecret   = "svcpf_" + acmeID + "_2222222222222222222222222222222222222222222222222222222222222222"
+	viewerSecret = "svcpf_" + viewerID + "_3333333333333333333333333333333333333333333333333333333333333333"
 )
+
+// seedTokens stores the env's tokens in the store, hashed, as `svc-pf
+// token create` or POST /tokens would leave them.
+func seedTokens(t testing.TB, store *orgstore.Store) {
+	t.Helper()
+	for _, tk := range []struct {
+		tok  string
+		name string
+		role access.Role
+		org  string
+	}{
+		{adminSecret, "bootstrap", access.RoleAdmin, ""},
+		{acmeSecret, "acme admin", access.RoleOrgAdmin, "acme"},
+		{viewerSecret, "acme viewer", access.RoleOrgViewer, "acme"},
+	} {
+		id, secret, err := access.ParseToken(tk.tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := store.InsertToken(context.Background(), access.StoredToken{Token: access.Token{ID: id, Name: tk.name,
+			Role: tk.role, Org: tk.org, CreatedAt: time.Now().UTC().Truncate(time.Microsecond)}, Hash: access.HashSecret(secret)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
 
 func newEnv(t testing.TB, store *orgstore.Store, tweak ...func(*console.Config)) *env {
 	t.Helper()
@@ -203,15 +139,19 @@ func newEnv(t testing.TB, store *orgstore.Store, tweak ...func(*console.Config))
 	if err := sim.Maintain(ctx); err != nil {
 		t.Fatal(err)
 	}
-	tt := newTokenTable()
-	tt.add(adminSecret, access.Principal{TokenID: "admin1", Name: "bootstrap", Role: access.RoleAdmin})
-	tt.add(acmeSecret, access.Principal{TokenID: "acme1", Name: "acme admin", Role: access.RoleOrgAdmin, Org: "acme"})
-	tt.add(viewerSecret, access.Principal{TokenID: "view1", Name: "acme viewer", Role: access.RoleOrgViewer, Org: "acme"})
-	al := &auditLog{}
 	logs := &natstest.LogBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	cc := console.Config{Ops: api.Ops(), Auth: tt, Orgs: storeOrgs{store}, Tokens: tt, Audit: al, AuditLog: al,
-		Simulator: simAdapter{sim}, Logger: log}
+	seedTokens(t, store)
+	tokens, err := access.New(access.Config{Store: store, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	auditor, err := access.NewAuditor(access.AuditorConfig{Store: store, RequestID: httpapi.RequestID, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := console.Config{Ops: api.Ops(), Auth: tokens, Orgs: storeOrgs{store}, Tokens: tokens, Audit: auditor,
+		AuditLog: storeAudit{store}, Simulator: simAdapter{sim}, Logger: log}
 	for _, f := range tweak {
 		f(&cc)
 	}
@@ -237,7 +177,7 @@ func newEnv(t testing.TB, store *orgstore.Store, tweak ...func(*console.Config))
 		<-done
 		sim.Close()
 	})
-	return &env{t: t, base: "http://" + srv.Addr().String(), store: store, tokens: tt, audit: al, logs: logs}
+	return &env{t: t, base: "http://" + srv.Addr().String(), store: store, tokens: tokens, auditor: auditor, logs: logs}
 }
 
 // browser is an HTTP client with a cookie jar that does not follow

@@ -169,6 +169,20 @@ func TestAccessTable(t *testing.T) {
 								want[n] = http.StatusForbidden
 							}
 						}
+					case pattern == "/org":
+						// The listing: any valid token (it shows what the
+						// token may read; TestAccessTable's listing rows
+						// below check what).
+						for _, n := range []string{"platform admin", "org-admin of acme", "viewer of acme", "org-admin of beta"} {
+							want[n] = allowed
+						}
+					case pattern == "/audit":
+						// Every organisation's records: the platform admin's
+						// alone, whatever the method.
+						want["platform admin"] = allowed
+						for _, n := range []string{"org-admin of acme", "viewer of acme", "org-admin of beta"} {
+							want[n] = http.StatusForbidden
+						}
 					default: // /tokens and /tokens/{id}: the token service decides, tested below
 						for _, n := range []string{"platform admin", "org-admin of acme", "org-admin of beta"} {
 							want[n] = allowed
@@ -220,6 +234,62 @@ func TestAccessTable(t *testing.T) {
 		}
 		if checked < 300 {
 			t.Fatalf("only %d requests checked", checked)
+		}
+
+		// The listings and the audit, with the status each caller gets
+		// (not only "let through"): GET /org for any valid token, GET
+		// /audit for the platform admin, an organisation's audit and its
+		// settings list for whoever may read the organisation (its
+		// viewer included).
+		for _, row := range []struct {
+			path string
+			want map[string]int
+		}{
+			{"/org", map[string]int{"platform admin": 200, "org-admin of acme": 200, "viewer of acme": 200, "org-admin of beta": 200}},
+			{"/org?limit=1", map[string]int{"platform admin": 200, "org-admin of acme": 200, "viewer of acme": 200, "org-admin of beta": 200}},
+			{"/audit", map[string]int{"platform admin": 200, "org-admin of acme": 403, "viewer of acme": 403, "org-admin of beta": 403}},
+			{"/audit?limit=1", map[string]int{"platform admin": 200, "org-admin of acme": 403, "viewer of acme": 403, "org-admin of beta": 403}},
+			{"/org/acme/audit", map[string]int{"platform admin": 200, "org-admin of acme": 200, "viewer of acme": 200, "org-admin of beta": 403}},
+			{"/org/ghost/audit", map[string]int{"platform admin": 200, "org-admin of acme": 403, "viewer of acme": 403, "org-admin of beta": 403}},
+			{"/org/acme/settings?list=1", map[string]int{"platform admin": 200, "org-admin of acme": 200, "viewer of acme": 200, "org-admin of beta": 403}},
+			{"/org/ghost/settings?list=1", map[string]int{"platform admin": 404, "org-admin of acme": 403, "viewer of acme": 403, "org-admin of beta": 403}},
+		} {
+			for _, u := range unauthenticated {
+				row.want[u.name] = http.StatusUnauthorized
+			}
+			cells := append(slices.Clone(unauthenticated), bearer("platform admin"), bearer("org-admin of acme"),
+				bearer("viewer of acme"), bearer("org-admin of beta"))
+			for _, cl := range cells {
+				status, _, data := h.sendAs(cl.header, "GET", row.path, "")
+				if status != row.want[cl.name] {
+					t.Errorf("GET %s as %s: %d %s, want %d", row.path, cl.name, status, data, row.want[cl.name])
+				}
+			}
+		}
+		// GET /org: the platform admin sees every organisation, a scoped
+		// token its own only.
+		for who, want := range map[string][]string{
+			"platform admin":    {"acme", "beta"},
+			"org-admin of acme": {"acme"},
+			"viewer of acme":    {"acme"},
+			"org-admin of beta": {"beta"},
+		} {
+			_, _, data := h.sendAs("Bearer "+c[who], "GET", "/org", "")
+			var page struct {
+				Orgs []struct {
+					OrgID string `json:"org_id"`
+				}
+			}
+			if err := json.Unmarshal(data, &page); err != nil {
+				t.Fatalf("GET /org as %s: %s", who, data)
+			}
+			var got []string
+			for _, o := range page.Orgs {
+				got = append(got, o.OrgID)
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("GET /org as %s: %q, want %q", who, got, want)
+			}
 		}
 		// The table's own writes never reached ghost.
 		h.must(404, "GET", "/org/ghost", nil)

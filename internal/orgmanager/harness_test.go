@@ -22,7 +22,8 @@ import (
 )
 
 // harness is the orgmanager API on a real store, served over a real
-// loopback socket, with the deploy pipeline running (no IP Mapper).
+// loopback socket behind the real guard and audit, with the deploy
+// pipeline running (no IP Mapper).
 type harness struct {
 	t        testing.TB
 	srv      *httptest.Server
@@ -31,6 +32,7 @@ type harness struct {
 	notes    *notifyRecorder
 	router   *httpapi.Router
 	tokens   *access.Tokens
+	auditor  *access.Auditor
 	// token is the platform admin's token every request carries unless
 	// doAs names another.
 	token string
@@ -110,7 +112,13 @@ func newHarnessConfig(t testing.TB, cfg deploy.Config) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := httpapi.NewRouter(httpapi.RouterConfig{Registerer: reg, Guard: guard.Check})
+	// The audit as the orgmanager wires it (internal/app): inside the
+	// guard, so that its records name the token the guard verified.
+	auditor, err := access.NewAuditor(access.AuditorConfig{Store: store, RequestID: httpapi.RequestID, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := httpapi.NewRouter(httpapi.RouterConfig{Registerer: reg, Guard: guard.Check, Wrap: auditor.Handler})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +135,7 @@ func newHarnessConfig(t testing.TB, cfg deploy.Config) *harness {
 		cancel()
 		<-done
 	})
-	return &harness{t: t, srv: srv, store: store, deployer: d, notes: notes, router: r, tokens: tokens, token: admin}
+	return &harness{t: t, srv: srv, store: store, deployer: d, notes: notes, router: r, tokens: tokens, auditor: auditor, token: admin}
 }
 
 // authorize gives req the admin's token.

@@ -2,9 +2,8 @@ package orgmanager
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
-	"io"
-	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"slices"
@@ -15,50 +14,55 @@ import (
 
 	"github.com/svc-pf/svc-pf/internal/access"
 	"github.com/svc-pf/svc-pf/internal/deploy"
-	"github.com/svc-pf/svc-pf/internal/httpapi"
 	"github.com/svc-pf/svc-pf/internal/identity"
 	"github.com/svc-pf/svc-pf/internal/orgstore"
 	"github.com/svc-pf/svc-pf/internal/orgstore/storetest"
 )
 
-// The callers of these tests, by the name the X-Test-Caller header gives.
-var testCallers = map[string]access.Principal{
-	"admin":       {TokenID: "t-admin", Name: "ops", Role: access.RoleAdmin},
-	"acme-admin":  {TokenID: "t-acme", Name: "acme portal", Role: access.RoleOrgAdmin, Org: "acme"},
-	"acme-viewer": {TokenID: "t-acme-ro", Name: "acme reader", Role: access.RoleOrgViewer, Org: "acme"},
-	"beta-admin":  {TokenID: "t-beta", Name: "beta portal", Role: access.RoleOrgAdmin, Org: "beta"},
-	"ghost-admin": {TokenID: "t-ghost", Name: "ghost", Role: access.RoleOrgAdmin, Org: "ghost"},
+// The callers of these tests, by name: what each one's token is made
+// with. newAccessHarness makes the tokens with the harness's real token
+// service; requests carry them to the real guard.
+var testCallers = map[string]access.NewToken{
+	"admin":       {Name: "ops", Role: access.RoleAdmin},
+	"acme-admin":  {Name: "acme portal", Role: access.RoleOrgAdmin, Org: "acme"},
+	"acme-viewer": {Name: "acme reader", Role: access.RoleOrgViewer, Org: "acme"},
+	"beta-admin":  {Name: "beta portal", Role: access.RoleOrgAdmin, Org: "beta"},
+	"ghost-admin": {Name: "ghost", Role: access.RoleOrgAdmin, Org: "ghost"},
 }
 
-// asCaller stands in for the authentication until it is wired: it puts the
-// principal X-Test-Caller names in the request's context, and none when the
-// header is absent.
-func asCaller(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if p, ok := testCallers[r.Header.Get("X-Test-Caller")]; ok {
-			r = r.WithContext(access.WithPrincipal(r.Context(), p))
-		}
-		next.ServeHTTP(w, r)
-	})
+// testCaller is one caller's token: the secret a request carries, and the
+// token as the token service made it (its id, name and role are what an
+// audit record names).
+type testCaller struct {
+	secret string
+	token  access.Token
 }
 
-// accessHarness is the API with the audit wrapper and a caller, on a real
-// listener and store.
+// accessHarness is the harness (the real guard, and the audit inside it
+// as the orgmanager wires it) with a token for each of testCallers.
 type accessHarness struct {
 	*harness
-	srv *httptest.Server
+	callers map[string]testCaller
 }
 
 func newAccessHarness(t *testing.T, store *orgstore.Store) *accessHarness {
 	t.Helper()
 	h := newHarness(t, store, deploy.Discard{})
-	auditor, err := access.NewAuditor(access.AuditorConfig{Store: store, RequestID: httpapi.RequestID})
-	if err != nil {
-		t.Fatal(err)
+	return &accessHarness{harness: h, callers: makeTestCallers(t, h.tokens)}
+}
+
+// makeTestCallers creates testCallers' tokens, as a platform admin would.
+func makeTestCallers(t testing.TB, tokens *access.Tokens) map[string]testCaller {
+	t.Helper()
+	out := map[string]testCaller{}
+	for name, nt := range testCallers {
+		tok, secret, err := tokens.Create(context.Background(), access.Principal{Role: access.RoleAdmin}, nt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[name] = testCaller{secret: secret, token: tok}
 	}
-	srv := httptest.NewServer(asCaller(auditor.Handler(h.router)))
-	t.Cleanup(srv.Close)
-	return &accessHarness{harness: h, srv: srv}
+	return out
 }
 
 func eachAccessDB(t *testing.T, fn func(t *testing.T, h *accessHarness)) {
@@ -67,39 +71,20 @@ func eachAccessDB(t *testing.T, fn func(t *testing.T, h *accessHarness)) {
 	})
 }
 
-// call sends a request as caller ("" for none) and checks the invariants
-// of every answer: a request id, JSON, never a 5xx.
+// call sends a request with caller's token ("" for none) and checks the
+// invariants of every answer: a request id, JSON, never a 5xx, an
+// {"error": …} with every 4xx.
 func (h *accessHarness) call(caller, method, path string, body any) *response {
 	h.t.Helper()
-	var rd io.Reader
-	switch b := body.(type) {
-	case nil:
-	case string:
-		rd = strings.NewReader(b)
-	default:
-		data, err := json.Marshal(b)
-		if err != nil {
-			h.t.Fatal(err)
-		}
-		rd = bytes.NewReader(data)
-	}
-	req, err := http.NewRequest(method, h.srv.URL+path, rd)
-	if err != nil {
-		h.t.Fatal(err)
-	}
+	secret := ""
 	if caller != "" {
-		req.Header.Set("X-Test-Caller", caller)
+		c, ok := h.callers[caller]
+		if !ok {
+			h.t.Fatalf("no caller %q", caller)
+		}
+		secret = c.secret
 	}
-	resp, err := h.srv.Client().Do(req)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	r := &response{status: resp.StatusCode, header: resp.Header, body: data}
-	if r.status >= 500 || resp.Header.Get("X-Request-ID") == "" {
-		h.t.Errorf("%s %s as %q: %d, request id %q: %s", method, path, caller, r.status, resp.Header.Get("X-Request-ID"), data)
-	}
+	r := h.doAs(secret, method, path, body)
 	if r.status >= 400 {
 		r.errorText(h.t)
 	}
@@ -157,7 +142,6 @@ func TestAuditRecordsEveryKindOfWrite(t *testing.T) {
 			{"acme-admin", "PUT", "/org/acme/settings", `{"filter":1}`, 400, "acme"},
 			{"admin", "DELETE", "/org/acme", nil, 400, "acme"},
 			{"admin", "POST", "/org/nobody/overrides", map[string]any{"cidr": "10.0.0.0/8"}, 404, "nobody"},
-			{"admin", "PUT", "/org/acme/nowhere", nil, 404, "acme"},
 			{"admin", "DELETE", "/org/acme?confirm=true", nil, 204, "acme"},
 		}
 		for i, w := range writes {
@@ -169,9 +153,11 @@ func TestAuditRecordsEveryKindOfWrite(t *testing.T) {
 				t.Fatalf("write %d: %d records", i, len(recs))
 			}
 			got := recs[0]
-			p := testCallers[w.caller]
+			// The caller is the token the guard verified: its id, name
+			// and role as the token service made it.
+			tok := h.callers[w.caller].token
 			version, _ := strconv.ParseInt(resp.header.Get("X-Org-Version"), 10, 64)
-			want := auditRecordBody{ID: got.ID, Time: got.Time, TokenID: p.TokenID, TokenName: p.Name, Role: string(p.Role),
+			want := auditRecordBody{ID: got.ID, Time: got.Time, TokenID: tok.ID, TokenName: tok.Name, Role: string(tok.Role),
 				Method: w.method, Path: w.path, Org: w.org, OrgVersion: version, RequestID: resp.header.Get("X-Request-ID"),
 				Status: w.status}
 			if got != want {
@@ -183,6 +169,22 @@ func TestAuditRecordsEveryKindOfWrite(t *testing.T) {
 			if _, err := time.Parse(time.RFC3339Nano, got.Time); err != nil {
 				t.Errorf("time %q: %v", got.Time, err)
 			}
+		}
+		// What the guard refuses (no valid token: 401; outside the token's
+		// reach: 403) and writes to paths that do not exist leave no
+		// record: they never reach the API (the router's Wrap is inside
+		// the guard, around the routed handlers only).
+		for _, w := range []struct {
+			caller, method, path string
+			status               int
+		}{
+			{"", "PUT", "/org/acme", 401},
+			{"acme-viewer", "PATCH", "/org/acme", 403},
+			{"beta-admin", "PUT", "/org/acme/settings", 403},
+			{"acme-admin", "PUT", "/settings", 403},
+			{"admin", "PUT", "/org/acme/nowhere", 404},
+		} {
+			h.mustCall(w.status, w.caller, w.method, w.path, "{}")
 		}
 		all := h.audit("admin", "/audit?limit=1000").Records
 		if len(all) != len(writes) {
@@ -466,9 +468,9 @@ func TestSettingsList(t *testing.T) {
 }
 
 // FuzzListingQueries: the query parsers of the listings and the audit
-// never panic, and what they accept is within bounds; over HTTP (a real
-// SQLite store, an admin caller) every query is answered 200 or 400, never
-// a 500.
+// never panic, and what they accept is within bounds; through the router
+// (the real guard and audit, a real SQLite store, the admin's token) every
+// query is answered 200 or 400, never a 500.
 func FuzzListingQueries(f *testing.F) {
 	for _, s := range []string{"", "limit=5", "after=acme&limit=1000", "since=2026-01-02T15:04:05Z&limit=10&before=3",
 		"since=2026-01-02T15:04:05.123456789%2B02:00", "limit=-1", "limit=1e3", "after=%00", "after=a%2Fb",
@@ -478,7 +480,6 @@ func FuzzListingQueries(f *testing.F) {
 	store := storetest.Open(f, storetest.SQLite)
 	h := newHarness(f, store, deploy.Discard{})
 	h.org("acme")
-	handler := asCaller(h.router)
 	f.Fuzz(func(t *testing.T, raw string) {
 		if q, err := parseOrgsQuery(raw); err == nil {
 			if q.Limit < 1 || q.Limit > maxPageSize || (q.After != "" && identity.ValidateOrg(q.After) != nil) {
@@ -500,9 +501,9 @@ func FuzzListingQueries(f *testing.F) {
 				target = path + "?list=1&" + raw
 			}
 			req := httptest.NewRequest("GET", target, nil)
-			req.Header.Set("X-Test-Caller", "admin")
+			h.authorize(req)
 			rec := httptest.NewRecorder()
-			handler.ServeHTTP(rec, req)
+			h.router.ServeHTTP(rec, req)
 			if rec.Code != 200 && rec.Code != 400 {
 				t.Fatalf("GET %s: %d %s", target, rec.Code, rec.Body)
 			}
