@@ -87,7 +87,8 @@ type Tokens interface {
 	Revoke(ctx context.Context, by access.Principal, id string) error
 }
 
-// Auditor keeps the record of a write.
+// Auditor keeps the console's writes in the audit; Record logs and counts
+// a record it cannot store itself (access.Auditor does).
 type Auditor interface {
 	Record(ctx context.Context, r access.AuditRecord) error
 }
