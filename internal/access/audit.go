@@ -199,6 +199,17 @@ func (a *Auditor) Handler(next http.Handler) http.Handler {
 	})
 }
 
+// Refused records a write the guard refused with 403: a known caller
+// reaching outside its organisation or role is what an operator reads an
+// audit for. GuardConfig.Refused calls it.
+func (a *Auditor) Refused(r *http.Request, p Principal) {
+	if !isWrite(r.Method) || (a.skip != nil && a.skip(r)) {
+		return
+	}
+	_ = a.Record(r.Context(), AuditRecord{TokenID: p.TokenID, TokenName: p.Name, Role: p.Role,
+		Method: r.Method, Path: requestPath(r), Org: orgOf(r), Status: http.StatusForbidden}) // logged and counted there
+}
+
 func isWrite(method string) bool {
 	switch method {
 	case http.MethodPut, http.MethodPatch, http.MethodPost, http.MethodDelete:

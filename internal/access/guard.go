@@ -32,6 +32,9 @@ type GuardConfig struct {
 	// comes before any 404 or 405 that would tell what exists. nil: every
 	// verified caller may proceed.
 	Authorize func(r *http.Request, p Principal) error
+	// Refused, when set, learns of each request Authorize refused (the
+	// audit keeps the refused writes: Auditor.Refused).
+	Refused func(r *http.Request, p Principal)
 	// Failures slows down the clients whose tokens fail; the zero value
 	// takes FailureLimit's defaults.
 	Failures FailureLimit
@@ -119,6 +122,9 @@ func (g *Guard) Check(w http.ResponseWriter, r *http.Request) (*http.Request, bo
 	}
 	if g.cfg.Authorize != nil {
 		if err := g.cfg.Authorize(r, p); err != nil {
+			if g.cfg.Refused != nil {
+				g.cfg.Refused(r, p)
+			}
 			writeError(w, http.StatusForbidden, err.Error())
 			return nil, false
 		}

@@ -68,7 +68,7 @@ func warnOpen(log *slog.Logger) {
 // orgManagerAuth builds the orgmanager's token service and guard: it
 // ensures SVCPF_ADMIN_TOKEN, and creates the first admin token into
 // BootstrapTokenFile when no token exists.
-func orgManagerAuth(ctx context.Context, cfg AuthConfig, store *orgstore.Store, log *slog.Logger) (*access.Tokens, *access.Guard, error) {
+func orgManagerAuth(ctx context.Context, cfg AuthConfig, store *orgstore.Store, auditor *access.Auditor, log *slog.Logger) (*access.Tokens, *access.Guard, error) {
 	tokens, err := access.New(access.Config{Store: store, Logger: log})
 	if err != nil {
 		return nil, nil, err
@@ -92,7 +92,7 @@ func orgManagerAuth(ctx context.Context, cfg AuthConfig, store *orgstore.Store, 
 		warnOpen(log)
 	}
 	guard, err := access.NewGuard(access.GuardConfig{Verifier: tokens, Open: cfg.Mode == AuthNone,
-		Protected: orgmanager.Protected, Authorize: orgmanager.Authorize, Logger: log})
+		Protected: orgmanager.Protected, Authorize: orgmanager.Authorize, Refused: auditor.Refused, Logger: log})
 	if err != nil {
 		return nil, nil, err
 	}

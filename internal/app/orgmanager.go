@@ -229,16 +229,6 @@ func StartOrgManager(ctx context.Context, cfg OrgManagerConfig, nc *nats.Conn, v
 		store.Close()
 		return nil, err
 	}
-	tokens, guard, err := orgManagerAuth(ctx, cfg.Auth, store, log)
-	if err != nil {
-		store.Close()
-		return nil, err
-	}
-	api, err := orgmanager.New(orgmanager.Config{Store: store, Deployer: deployer, Tokens: tokens, Logger: log})
-	if err != nil {
-		store.Close()
-		return nil, err
-	}
 	// Every write through the listener is audited. The console records
 	// its own writes (it knows what a form did), so its paths are left out.
 	auditor, err := access.NewAuditor(access.AuditorConfig{
@@ -246,6 +236,16 @@ func StartOrgManager(ctx context.Context, cfg OrgManagerConfig, nc *nats.Conn, v
 		Skip:   func(r *http.Request) bool { return r.URL.Path == "/ui" || strings.HasPrefix(r.URL.Path, "/ui/") },
 		Logger: log, Registerer: reg,
 	})
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	tokens, guard, err := orgManagerAuth(ctx, cfg.Auth, store, auditor, log)
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	api, err := orgmanager.New(orgmanager.Config{Store: store, Deployer: deployer, Tokens: tokens, Logger: log})
 	if err != nil {
 		store.Close()
 		return nil, err

@@ -105,16 +105,17 @@ func newHarnessConfig(t testing.TB, cfg deploy.Config) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The tests send many refused requests from one address; the failure
-	// limit has a test of its own (TestFailureLimit).
-	guard, err := access.NewGuard(access.GuardConfig{Verifier: tokens, Protected: Protected, Authorize: Authorize,
-		Failures: access.FailureLimit{Max: 1 << 30}})
+	// The audit as the orgmanager wires it (internal/app): inside the
+	// guard, so that its records name the token the guard verified, and
+	// told of the writes the guard refuses.
+	auditor, err := access.NewAuditor(access.AuditorConfig{Store: store, RequestID: httpapi.RequestID, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The audit as the orgmanager wires it (internal/app): inside the
-	// guard, so that its records name the token the guard verified.
-	auditor, err := access.NewAuditor(access.AuditorConfig{Store: store, RequestID: httpapi.RequestID, Registerer: reg})
+	// The tests send many refused requests from one address; the failure
+	// limit has a test of its own (TestFailureLimit).
+	guard, err := access.NewGuard(access.GuardConfig{Verifier: tokens, Protected: Protected, Authorize: Authorize,
+		Refused: auditor.Refused, Failures: access.FailureLimit{Max: 1 << 30}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -170,26 +170,46 @@ func TestAuditRecordsEveryKindOfWrite(t *testing.T) {
 				t.Errorf("time %q: %v", got.Time, err)
 			}
 		}
-		// What the guard refuses (no valid token: 401; outside the token's
-		// reach: 403) and writes to paths that do not exist leave no
-		// record: they never reach the API (the router's Wrap is inside
-		// the guard, around the routed handlers only).
-		for _, w := range []struct {
+		// A write the guard refuses because it is outside the token's
+		// reach (403) is recorded with the caller; one without a valid
+		// token (401) and one to a path that does not exist leave no
+		// record: the first has no caller to name, the second is no write.
+		refused := []struct {
 			caller, method, path string
 			status               int
+			org                  string
 		}{
-			{"", "PUT", "/org/acme", 401},
-			{"acme-viewer", "PATCH", "/org/acme", 403},
-			{"beta-admin", "PUT", "/org/acme/settings", 403},
-			{"acme-admin", "PUT", "/settings", 403},
-			{"admin", "PUT", "/org/acme/nowhere", 404},
-		} {
-			h.mustCall(w.status, w.caller, w.method, w.path, "{}")
+			{"", "PUT", "/org/acme", 401, ""},
+			{"beta-admin", "PATCH", "/org/acme", 403, "acme"},
+			{"beta-admin", "PUT", "/org/acme/settings", 403, "acme"},
+			{"beta-admin", "PUT", "/settings", 403, ""},
+			{"admin", "PUT", "/org/acme/nowhere", 404, ""},
+		}
+		// acme's own tokens died with acme (the last write above): 401.
+		// acme-viewer has not been used here, so its row is read now,
+		// revoked; a token this process had verified would be refused
+		// within the recheck interval (TestRevocationElsewhereApplies).
+		h.mustCall(401, "acme-viewer", "GET", "/org/acme", nil)
+		forbidden := 0
+		for _, w := range refused {
+			resp := h.mustCall(w.status, w.caller, w.method, w.path, "{}")
+			if w.status != 403 {
+				continue
+			}
+			forbidden++
+			got := h.audit("admin", "/audit?limit=1").Records[0]
+			tok := h.callers[w.caller].token
+			want := auditRecordBody{ID: got.ID, Time: got.Time, TokenID: tok.ID, TokenName: tok.Name, Role: string(tok.Role),
+				Method: w.method, Path: w.path, Org: w.org, RequestID: resp.header.Get("X-Request-ID"), Status: w.status}
+			if got != want {
+				t.Errorf("refused %s %s:\nrecorded %+v\nwant     %+v", w.method, w.path, got, want)
+			}
 		}
 		all := h.audit("admin", "/audit?limit=1000").Records
-		if len(all) != len(writes) {
-			t.Fatalf("%d records for %d writes", len(all), len(writes))
+		if len(all) != len(writes)+forbidden {
+			t.Fatalf("%d records for %d writes and %d refused by the guard", len(all), len(writes), forbidden)
 		}
+		all = all[forbidden:]
 		// The versions the organisation went through, as the audit tells.
 		var versions []int64
 		for _, r := range slices.Backward(all) {
