@@ -18,6 +18,7 @@ import (
 	"github.com/svc-pf/svc-pf/internal/httpapi"
 	"github.com/svc-pf/svc-pf/internal/natsbus"
 	"github.com/svc-pf/svc-pf/internal/node"
+	"github.com/svc-pf/svc-pf/internal/nodehealth"
 	"github.com/svc-pf/svc-pf/internal/readmodel/feeds"
 	"github.com/svc-pf/svc-pf/internal/rpz"
 	"github.com/svc-pf/svc-pf/internal/session"
@@ -126,6 +127,10 @@ func (c *AllConfig) Validate() error {
 	if a := c.IPMapper.Auth; a.Mode != AuthTokens || a.DatabaseURL != "" {
 		errs = append(errs, errors.New("ipmapper.auth: under svc-pf all the IP Mapper verifies the orgmanager's tokens; set orgmanager.auth instead"))
 	}
+	if c.Resolver.Node != (AnnounceConfig{}) || c.Simulator.Node != (AnnounceConfig{}) {
+		errs = append(errs, errors.New("resolver.node, simulator.node: under svc-pf all the one node announces itself; set node.name and node.heartbeat instead"))
+	}
+	errs = append(errs, c.Node.AnnounceConfig.validate())
 	if c.Simulator.Region != "" {
 		errs = append(errs, errors.New("simulator.region: under svc-pf all the region is set at the top level (region:)"))
 	}
@@ -166,8 +171,10 @@ type All struct {
 	Node       *Node
 	Simulator  *Simulator
 	Resolver   *Resolver
-	conns      []*nats.Conn
-	lock       *filelock.Lock // the data directory's
+	// announcer writes the node's heartbeat (svcpf_nodes).
+	announcer *nodehealth.Announcer
+	conns     []*nats.Conn
+	lock      *filelock.Lock // the data directory's
 }
 
 // StartAll starts the embedded NATS server and builds both services.
@@ -292,6 +299,9 @@ func StartAll(ctx context.Context, cfg AllConfig, v Version, log *slog.Logger) (
 		return fail(err)
 	}
 	log.Info("simulator NATS enabled", "url", redactURL(ncSim.ConnectedUrlRedacted()))
+	if a.announcer, err = newAnnouncer(cfg.Node.AnnounceConfig, "all", []string{"resolver", "simulator"}, n, ncNode, v, nodeLog); err != nil {
+		return fail(err)
+	}
 	return a, nil
 }
 
@@ -300,7 +310,8 @@ func (a *All) Run(ctx context.Context) error {
 	defer a.close()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	services := []func(context.Context) error{a.IPMapper.Run, a.OrgManager.Run, a.Node.Run, a.Simulator.Run, a.Resolver.DNS.Run}
+	services := []func(context.Context) error{a.IPMapper.Run, a.OrgManager.Run, a.Node.Run, a.Simulator.Run, a.Resolver.DNS.Run,
+		a.announcer.Run}
 	errc := make(chan error, len(services))
 	for _, run := range services {
 		go func() { errc <- run(ctx) }()

@@ -12,12 +12,14 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/svc-pf/svc-pf/internal/access"
 	"github.com/svc-pf/svc-pf/internal/console"
 	"github.com/svc-pf/svc-pf/internal/httpapi"
 	"github.com/svc-pf/svc-pf/internal/ipmapper/mapperclient"
+	"github.com/svc-pf/svc-pf/internal/nodehealth"
 	"github.com/svc-pf/svc-pf/internal/orgmanager"
 	"github.com/svc-pf/svc-pf/internal/orgstore"
 	"github.com/svc-pf/svc-pf/internal/simulator"
@@ -107,13 +109,15 @@ func (s inProcessSimulator) Info(ctx context.Context) ([]byte, error) {
 
 // newConsole builds the console over the API's own operations.
 func newConsole(cfg OrgManagerConfig, api *orgmanager.API, store *orgstore.Store, nc *nats.Conn,
-	mapper *mapperclient.Client, log *slog.Logger) (*console.Console, error) {
+	mapper *mapperclient.Client, nodes orgmanager.NodeLister, log *slog.Logger) (*console.Console, error) {
 	cc := console.Config{Ops: api.Ops(), Auth: cfg.Console.Auth, Orgs: storeOrgs{store: store},
 		Tokens: cfg.Console.Tokens, Audit: cfg.Console.Audit, AuditLog: cfg.Console.AuditLog,
 		SignInGuard: cfg.Console.SignInGuard, Logger: log}
 	if nc != nil {
 		cc.Simulator = natsSimulator{nc: nc, key: cfg.Console.SimulatorAPIKey, timeout: 10 * time.Second}
 		cc.Sessions = mapper
+		// The Nodes page reads what GET /nodes answers, from the same lister.
+		cc.Nodes = nodes
 	}
 	if cfg.Console.Simulator != nil {
 		cc.Simulator = cfg.Console.Simulator
@@ -175,6 +179,16 @@ func (s natsSimulator) Simulate(ctx context.Context, params url.Values) ([]byte,
 
 func (s natsSimulator) Info(ctx context.Context) ([]byte, error) {
 	return s.call(ctx, simulator.NATSInfo, nil)
+}
+
+// kvNodes reads the nodes' heartbeats from their NATS bucket, for GET
+// /nodes and the console's Nodes page alike.
+type kvNodes struct{ js jetstream.JetStream }
+
+func (k kvNodes) Nodes(ctx context.Context) ([]nodehealth.Node, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return nodehealth.List(ctx, k.js, time.Now())
 }
 
 // storeOrgs lists organisations for the console through the store's

@@ -6,11 +6,15 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/svc-pf/svc-pf/internal/httpapi"
 	"github.com/svc-pf/svc-pf/internal/node"
+	"github.com/svc-pf/svc-pf/internal/nodehealth"
 )
 
 // NodeConfig is the `node` section of `svc-pf all`: the filter node's
@@ -22,6 +26,9 @@ import (
 // share them.
 type NodeConfig struct {
 	HTTP httpapi.Config `yaml:"http"`
+	// Name and Heartbeat: how the node announces itself (node.name,
+	// node.heartbeat).
+	AnnounceConfig `yaml:",inline"`
 }
 
 // DefaultNodeConfig is what runs when the file sets nothing: no feeds.
@@ -83,4 +90,78 @@ func (n *Node) Run(ctx context.Context) error {
 		err = errors.Join(err, fmt.Errorf("read models: %w", merr))
 	}
 	return err
+}
+
+// AnnounceConfig is how a node announces itself to the orgmanager
+// (internal/nodehealth): its heartbeat in the NATS KV bucket svcpf_nodes.
+// It is the `node` section of `svc-pf resolver` and `svc-pf simulator`,
+// and part of the `node` section of `svc-pf all`.
+type AnnounceConfig struct {
+	// Name is the node's key in the bucket; default <hostname>-<service>
+	// (<hostname>-all under `svc-pf all`). Two nodes with one name
+	// overwrite each other's heartbeat.
+	Name string `yaml:"name"`
+	// Heartbeat is how often the node writes it; default 10s.
+	Heartbeat time.Duration `yaml:"heartbeat"`
+}
+
+func (c AnnounceConfig) validate() error {
+	var errs []error
+	if c.Name != "" {
+		errs = append(errs, prefixed("node.name", nodehealth.ValidateName(c.Name)))
+	}
+	if c.Heartbeat < 0 || c.Heartbeat > 0 && c.Heartbeat < 10*time.Millisecond {
+		errs = append(errs, fmt.Errorf("node.heartbeat: %s is not a positive interval of at least 10ms", c.Heartbeat))
+	}
+	return errors.Join(errs...)
+}
+
+// newAnnouncer builds the node's announcer under the name cfg gives it or
+// <hostname>-<service>; nil without NATS, where nobody would read it.
+func newAnnouncer(cfg AnnounceConfig, service string, services []string, n *node.Node, nc *nats.Conn, v Version,
+	log *slog.Logger) (*nodehealth.Announcer, error) {
+	if nc == nil {
+		return nil, nil
+	}
+	name := cfg.Name
+	if name == "" {
+		host, _ := os.Hostname()
+		name = nodehealth.DefaultName(host, service)
+	}
+	a, err := nodehealth.NewAnnouncer(nodehealth.AnnouncerConfig{NATS: nc, Name: name, Services: services,
+		Version: string(v), Interval: cfg.Heartbeat, Snapshot: nodeSnapshot(n), Logger: log})
+	if err != nil {
+		return nil, prefixed("node", err)
+	}
+	log.Info("node announcing itself", "name", name, "bucket", nodehealth.Bucket)
+	return a, nil
+}
+
+// nodeSnapshot is what the node says at each beat: its readiness, feeds
+// and counts, the same its /health and status page show.
+func nodeSnapshot(n *node.Node) func() nodehealth.Snapshot {
+	return func() nodehealth.Snapshot {
+		st := n.Status()
+		s := nodehealth.Snapshot{Counts: nodehealth.Counts{Sessions: st.Sessions, SettingsDocuments: st.SettingsDocuments}}
+		if err := n.Ready(); err != nil {
+			s.NotReady = err.Error()
+		}
+		for _, f := range st.Feeds {
+			s.Feeds = append(s.Feeds, nodehealth.Feed{Name: f.Name, Version: f.Version, LoadedAt: f.LoadedAt})
+		}
+		return s
+	}
+}
+
+// runAnnouncer runs a (when not nil) until ctx ends; wait returns once it
+// has.
+func runAnnouncer(ctx context.Context, a *nodehealth.Announcer) (wait func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if a != nil {
+			_ = a.Run(ctx)
+		}
+	}()
+	return func() { <-done }
 }

@@ -245,7 +245,16 @@ func StartOrgManager(ctx context.Context, cfg OrgManagerConfig, nc *nats.Conn, v
 		store.Close()
 		return nil, err
 	}
-	api, err := orgmanager.New(orgmanager.Config{Store: store, Deployer: deployer, Tokens: tokens, Logger: log})
+	var nodes orgmanager.NodeLister
+	if nc != nil {
+		js, err := jetstream.New(nc)
+		if err != nil {
+			store.Close()
+			return nil, err
+		}
+		nodes = kvNodes{js: js}
+	}
+	api, err := orgmanager.New(orgmanager.Config{Store: store, Deployer: deployer, Tokens: tokens, Nodes: nodes, Logger: log})
 	if err != nil {
 		store.Close()
 		return nil, err
@@ -262,7 +271,7 @@ func StartOrgManager(ctx context.Context, cfg OrgManagerConfig, nc *nats.Conn, v
 		cfg.Console.withDefaults(tokens, auditor, store, guard)
 	}
 	if cfg.Console.Auth != nil {
-		cons, err := newConsole(cfg, api, store, nc, mapper, log)
+		cons, err := newConsole(cfg, api, store, nc, mapper, nodes, log)
 		if err != nil {
 			store.Close()
 			return nil, err

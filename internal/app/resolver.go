@@ -80,6 +80,9 @@ type ResolverConfig struct {
 	Feeds  []feeds.FeedConfig `yaml:"feeds"`
 	RPZ    []rpz.ZoneConfig   `yaml:"rpz"`
 	Region string             `yaml:"region"`
+	// Node is how the resolver's node announces itself to the orgmanager
+	// (node.name, node.heartbeat); under `svc-pf all` set in node: instead.
+	Node AnnounceConfig `yaml:"node"`
 }
 
 // DefaultResolverConfig is what runs when the file sets nothing.
@@ -148,7 +151,7 @@ func (c *ResolverConfig) parse() (resolverSettings, error) {
 	if c.DNS.UDPBatch < 0 || c.DNS.UDPBatch > resolver.MaxUDPBatch {
 		errs = append(errs, fmt.Errorf("dns.udp_batch: %d is not within 0…%d", c.DNS.UDPBatch, resolver.MaxUDPBatch))
 	}
-	errs = append(errs, prefixed("dns", c.DNS.Cache.Validate()), c.Log.validate())
+	errs = append(errs, prefixed("dns", c.DNS.Cache.Validate()), c.Log.validate(), c.Node.validate())
 	return s, errors.Join(errs...)
 }
 
@@ -235,13 +238,20 @@ func RunResolver(ctx context.Context, cfg ResolverConfig, v Version, log *slog.L
 		res.DNS.Close()
 		return err
 	}
+	ann, err := newAnnouncer(cfg.Node, "resolver", []string{"resolver"}, n, nc, v, log.With("service", "resolver"))
+	if err != nil {
+		res.DNS.Close()
+		return err
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	dnsDone := make(chan error, 1)
 	go func() { dnsDone <- res.DNS.Run(ctx) }()
+	announced := runAnnouncer(ctx, ann)
 	err = listener.Run(ctx)
 	cancel()
 	err = errors.Join(err, <-dnsDone)
+	announced()
 	if err == nil {
 		log.Info("svc-pf resolver stopped")
 	}

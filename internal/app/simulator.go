@@ -21,6 +21,7 @@ import (
 	"github.com/svc-pf/svc-pf/internal/httpapi"
 	"github.com/svc-pf/svc-pf/internal/natsbus"
 	"github.com/svc-pf/svc-pf/internal/node"
+	"github.com/svc-pf/svc-pf/internal/nodehealth"
 	"github.com/svc-pf/svc-pf/internal/readmodel/feeds"
 	"github.com/svc-pf/svc-pf/internal/rpz"
 	"github.com/svc-pf/svc-pf/internal/simulator"
@@ -147,6 +148,10 @@ type SimulatorConfig struct {
 	Feeds  []feeds.FeedConfig `yaml:"feeds"`
 	RPZ    []rpz.ZoneConfig   `yaml:"rpz"`
 	Region string             `yaml:"region"`
+	// Node is how the simulator's node announces itself to the
+	// orgmanager (node.name, node.heartbeat); under `svc-pf all` set in
+	// node: instead.
+	Node AnnounceConfig `yaml:"node"`
 }
 
 // SimulatorHTTPConfig is the simulator's `http` section: the listener's,
@@ -181,7 +186,8 @@ func (c *SimulatorConfig) Validate() error {
 			errs = append(errs, fmt.Errorf("api_keys[%d] is empty", i))
 		}
 	}
-	errs = append(errs, c.Log.validate(), c.Runtime.validate(), prefixed("http", c.HTTP.Validate()), rpz.Config{Zones: c.RPZ}.Validate())
+	errs = append(errs, c.Log.validate(), c.Runtime.validate(), prefixed("http", c.HTTP.Validate()), rpz.Config{Zones: c.RPZ}.Validate(),
+		c.Node.validate())
 	return errors.Join(errs...)
 }
 
@@ -304,7 +310,8 @@ func RunSimulator(ctx context.Context, cfg SimulatorConfig, v Version, log *slog
 // node of its own, their metrics on one registry.
 type simulatorNode struct {
 	*Simulator
-	node *node.Node
+	node      *node.Node
+	announcer *nodehealth.Announcer // nil without NATS
 }
 
 func startSimulatorNode(cfg SimulatorConfig, nc *nats.Conn, v Version, log *slog.Logger) (*simulatorNode, error) {
@@ -317,7 +324,12 @@ func startSimulatorNode(cfg SimulatorConfig, nc *nats.Conn, v Version, log *slog
 	if err != nil {
 		return nil, err
 	}
-	return &simulatorNode{Simulator: sim, node: n}, nil
+	ann, err := newAnnouncer(cfg.Node, "simulator", []string{"simulator"}, n, nc, v, log.With("service", "simulator"))
+	if err != nil {
+		sim.close()
+		return nil, err
+	}
+	return &simulatorNode{Simulator: sim, node: n, announcer: ann}, nil
 }
 
 // Run follows the read models and serves until ctx ends.
@@ -326,8 +338,10 @@ func (n *simulatorNode) Run(ctx context.Context) error {
 	defer cancel()
 	modelsDone := make(chan error, 1)
 	go func() { modelsDone <- n.node.Run(ctx) }()
+	announced := runAnnouncer(ctx, n.announcer)
 	err := n.Simulator.Run(ctx)
 	cancel()
+	announced()
 	return errors.Join(err, <-modelsDone)
 }
 

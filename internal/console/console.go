@@ -112,6 +112,10 @@ type Sessions interface {
 
 var _ Sessions = (*mapperclient.Client)(nil)
 
+// Nodes reads the filter nodes' last heartbeats: the lister GET /nodes
+// answers from (orgmanager.NodeLister), so the page and the API agree.
+type Nodes = orgmanager.NodeLister
+
 // Config configures the console. Ops and Auth are required; a page whose
 // dependency is nil says that it is not available here.
 type Config struct {
@@ -124,6 +128,8 @@ type Config struct {
 	AuditLog  AuditReader
 	Simulator Simulator
 	Sessions  Sessions
+	// Nodes lights up the Nodes page (admin only).
+	Nodes Nodes
 	// SignInGuard, when set, wraps the sign-in POST: the access layer's
 	// limit on repeated failures from one address (a bad token is
 	// answered 401, as by the API's middleware).
@@ -228,6 +234,7 @@ func (c *Console) Register(r *httpapi.Router) {
 	r.Handle(post, "/ui/settings", c.signed(c.globalPost))
 	r.Handle(post, "/ui/settings/delete", c.signed(c.globalDelete))
 	r.Handle(get, "/ui/feeds", c.signed(c.feedsPage))
+	r.Handle(get, "/ui/nodes", c.signed(c.nodesPage))
 }
 
 func (c *Console) redirectHome(w http.ResponseWriter, r *http.Request) {

@@ -15,6 +15,7 @@ import (
 	"github.com/svc-pf/svc-pf/internal/access"
 	"github.com/svc-pf/svc-pf/internal/cidr"
 	"github.com/svc-pf/svc-pf/internal/ipmapper/mapperclient"
+	"github.com/svc-pf/svc-pf/internal/nodehealth"
 	"github.com/svc-pf/svc-pf/internal/orgmanager"
 	"github.com/svc-pf/svc-pf/internal/orgstore"
 	"github.com/svc-pf/svc-pf/internal/ranges"
@@ -842,4 +843,48 @@ func (c *Console) globalDelete(q *req) {
 		return
 	}
 	c.done(q, "/ui/settings", "global settings deleted", v)
+}
+
+// --- the nodes' health (admin) ---
+
+type nodesData struct {
+	Available bool
+	Nodes     []nodeRow
+}
+
+// nodeRow is one node as the page shows it.
+type nodeRow struct {
+	nodehealth.Node
+	Feeds []feedRow
+}
+
+type feedRow struct {
+	nodehealth.Feed
+	// Age is how long ago its version was loaded; 0 when never.
+	Age time.Duration
+}
+
+func (c *Console) nodesPage(q *req) {
+	if err := q.p.Platform(); err != nil {
+		c.forbidden(q)
+		return
+	}
+	pg := q.page("Nodes", "")
+	d := nodesData{Available: c.cfg.Nodes != nil}
+	if d.Available {
+		nodes, err := c.cfg.Nodes.Nodes(q.ctx())
+		if err != nil {
+			pg.Error = "The nodes' bucket cannot be read: " + err.Error()
+		}
+		now := c.cfg.Clock()
+		for _, n := range nodes {
+			row := nodeRow{Node: n}
+			for _, f := range n.Beat.Feeds {
+				row.Feeds = append(row.Feeds, feedRow{Feed: f, Age: nodehealth.FeedAge(f, now)})
+			}
+			d.Nodes = append(d.Nodes, row)
+		}
+	}
+	pg.Data = d
+	c.render(q.w, q.r, http.StatusOK, "nodes", pg)
 }

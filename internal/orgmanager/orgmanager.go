@@ -76,6 +76,8 @@ type Config struct {
 	// every endpoint is checked before routing, by the guard the caller
 	// puts on the router with Protected and Authorize.
 	Tokens TokenService
+	// Nodes serves GET /nodes; nil answers it 503 (no NATS).
+	Nodes  NodeLister
 	Logger *slog.Logger
 }
 
@@ -84,6 +86,7 @@ type Config struct {
 type API struct {
 	ops    *Ops
 	tokens TokenService
+	nodes  NodeLister
 	log    *slog.Logger
 }
 
@@ -96,7 +99,7 @@ func New(cfg Config) (*API, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &API{ops: &Ops{store: cfg.Store, deploy: cfg.Deployer}, tokens: cfg.Tokens, log: log}, nil
+	return &API{ops: &Ops{store: cfg.Store, deploy: cfg.Deployer}, tokens: cfg.Tokens, nodes: cfg.Nodes, log: log}, nil
 }
 
 // Ops returns the operations the handlers call, for the console.
@@ -119,6 +122,7 @@ func (a *API) Register(r *httpapi.Router) {
 	r.Handle(http.MethodGet, "/org/{org}/effective-ranges", a.org(a.effectiveRanges))
 	a.registerSettings(r)
 	a.registerListing(r)
+	r.Handle(http.MethodGet, "/nodes", a.listNodes)
 	if a.tokens != nil {
 		a.registerTokens(r)
 	}

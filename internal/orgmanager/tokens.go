@@ -29,7 +29,7 @@ var _ TokenService = (*access.Tokens)(nil)
 // protectedRoots are the first path segments that need a token. The
 // console (/ui) signs in on its own pages; /, /health, /metrics and
 // /openapi.yaml stay open.
-var protectedRoots = []string{"org", "settings", "tokens", "audit"}
+var protectedRoots = []string{"org", "settings", "tokens", "audit", "nodes"}
 
 // Protected reports whether a request to the orgmanager's listener needs a
 // bearer token.
@@ -52,7 +52,7 @@ func Protected(r *http.Request) bool {
 //   - /settings (the global layer): any token reads it — it shapes every
 //     organisation's effective settings, which a scoped token reads anyway
 //     through /org/{org}/settings/effective — and only an admin writes it;
-//   - /audit: admin only;
+//   - /audit and /nodes: admin only;
 //   - /tokens: any token; the token service decides (an org-viewer
 //     manages none, an org-admin its organisation's tokens).
 func Authorize(r *http.Request, p access.Principal) error {
@@ -76,7 +76,7 @@ func Authorize(r *http.Request, p access.Principal) error {
 			return nil
 		}
 		return p.Platform()
-	case "audit":
+	case "audit", "nodes":
 		return p.Platform()
 	}
 	return nil
