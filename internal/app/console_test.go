@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -16,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/svc-pf/svc-pf/internal/console"
+	"github.com/svc-pf/svc-pf/internal/natsbus/natstest"
 	"github.com/svc-pf/svc-pf/internal/readmodel/feeds"
 )
 
@@ -31,6 +33,7 @@ func TestAllConsole(t *testing.T) {
 	cfg := testAllConfig(t)
 	cfg.Feeds = []feeds.FeedConfig{{Name: "badware", URL: dir, PollInterval: 100 * time.Millisecond}}
 	cfg.Simulator.APIKeys = []string{"sim-key"}
+	cfg.Node.Name, cfg.Node.Heartbeat = "all-node", 100*time.Millisecond
 	all := startAll(t, cfg)
 	p := &platformNode{t: t, org: "http://" + all.OrgManager.Addr().String()}
 	// The console's operator: an admin token of its own, so that the
@@ -97,6 +100,21 @@ func TestAllConsole(t *testing.T) {
 	}
 	if status, body := get("/ui/feeds"); status != http.StatusOK || !strings.Contains(body, "<td>badware</td>") {
 		t.Fatalf("feeds page: %d\n%s", status, body)
+	}
+	// The process's own node announces itself: GET /nodes and the Nodes
+	// page show it, ready once its feed has loaded, serving both services.
+	natstest.Eventually(t, "svc-pf all's node ready on GET /nodes", func() (bool, string) {
+		got := getNodes(t, p.org)
+		if len(got.Nodes) != 1 {
+			return false, fmt.Sprintf("%+v", got)
+		}
+		n := got.Nodes[0]
+		return n.Name == "all-node" && n.Ready && !n.Stale && strings.Join(n.Services, ",") == "resolver,simulator" &&
+			len(n.Feeds) == 1 && n.Feeds[0].Name == "badware" && n.Feeds[0].Version > 0, fmt.Sprintf("%+v", n)
+	})
+	if status, body := get("/ui/nodes"); status != http.StatusOK || !strings.Contains(body, `<tr data-node="all-node">`) ||
+		!strings.Contains(body, "<td>ready</td>") {
+		t.Fatalf("nodes page: %d\n%s", status, body)
 	}
 
 	// A form write through the console, then the organisation's audit
