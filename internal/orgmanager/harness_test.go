@@ -82,7 +82,8 @@ func newHarness(t testing.TB, store *orgstore.Store, pub deploy.Publisher) *harn
 }
 
 // newHarnessConfig is newHarness with more of the deploy configuration.
-func newHarnessConfig(t testing.TB, cfg deploy.Config) *harness {
+// tune adjusts the API's configuration.
+func newHarnessConfig(t testing.TB, cfg deploy.Config, tune ...func(*Config)) *harness {
 	t.Helper()
 	store := cfg.Store.(*orgstore.Store)
 	reg := prometheus.NewRegistry()
@@ -101,7 +102,11 @@ func newHarnessConfig(t testing.TB, cfg deploy.Config) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api, err := New(Config{Store: store, Deployer: notes, Tokens: tokens})
+	acfg := Config{Store: store, Deployer: notes, Tokens: tokens}
+	for _, f := range tune {
+		f(&acfg)
+	}
+	api, err := New(acfg)
 	if err != nil {
 		t.Fatal(err)
 	}
