@@ -10,6 +10,10 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/svc-pf/svc-pf/internal/console"
+	"github.com/svc-pf/svc-pf/internal/natsbus/natstest"
+	"github.com/svc-pf/svc-pf/internal/nodehealth"
 )
 
 // findChromium returns Debian's chromium (or another Chrome the machine
@@ -34,7 +38,17 @@ func findChromium(t *testing.T) string {
 func TestBrowser(t *testing.T) {
 	exe := findChromium(t)
 	shots := os.Getenv("SVCPF_CONSOLE_SCREENSHOTS")
-	e := newEnv(t, openSQLite(t))
+	// One node beats into a real bucket, for the Nodes page.
+	bus := natstest.Start(t)
+	ann, err := nodehealth.NewAnnouncer(nodehealth.AnnouncerConfig{NATS: bus.NC, Name: "dns1-resolver", Services: []string{"resolver"},
+		Version: "v1", Interval: time.Hour, Snapshot: func() nodehealth.Snapshot {
+			return nodehealth.Snapshot{Feeds: []nodehealth.Feed{{Name: "threats", Version: 41, LoadedAt: time.Now()}}}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.Background(t, ann.Run)
+	e := newEnv(t, openSQLite(t), func(c *console.Config) { c.Nodes = bucketNodes{bus.JS} })
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.NoSandbox,
 		chromedp.Flag("headless", true), chromedp.Flag("disable-gpu", true), chromedp.WindowSize(1280, 900))
@@ -147,6 +161,11 @@ func TestBrowser(t *testing.T) {
 	expect("#verdict", "allow")
 	expect(".trace", "identity")
 	shot("why")
+
+	run("nodes", chromedp.Navigate(e.base+"/ui/nodes"), chromedp.WaitVisible(chromedp.CSS(`h1`)))
+	expect("#nodes", "dns1-resolver")
+	expect("#nodes", "ready")
+	shot("nodes")
 
 	// A form without its CSRF token is refused and changes nothing.
 	run("csrf-less", chromedp.Navigate(e.base+"/ui/orgs"), chromedp.WaitVisible(chromedp.CSS(`#org`)),
