@@ -78,6 +78,13 @@ func TestList(t *testing.T) {
 	if b.Ready || b.NotReady != "feed x not loaded yet" {
 		t.Errorf("b-node: %+v", b)
 	}
+	// Every key deleted: an empty list, not a wait.
+	for _, k := range []string{"a-node", "b-node", "garbage", "other"} {
+		natstest.Delete(t, kv, k)
+	}
+	if nodes, err := List(ctx, bus.JS, time.Now()); err != nil || len(nodes) != 0 {
+		t.Errorf("after every key is deleted: %+v %v", nodes, err)
+	}
 	st, err := kv.Status(ctx)
 	if err != nil || st.History() != 1 || st.TTL() != BucketBeats*time.Hour {
 		t.Errorf("bucket: history %d ttl %v (%v), want 1 and %v", st.History(), st.TTL(), err, BucketBeats*time.Hour)
