@@ -114,14 +114,24 @@ func TestOutageLoggedOnce(t *testing.T) {
 	})
 	time.Sleep(300 * time.Millisecond)
 	bus.StartServer(port)
+	// Once per outage: every warning is followed by one recovery line. A
+	// beat that the stopping server still took makes a second, short
+	// outage of its own, so the outages are counted by their pairs; a
+	// warning per failed beat would be about fifteen (300 ms of 20 ms
+	// beats) against at most a few recoveries.
+	pairs := func() (warned, recovered int) {
+		s := buf.String()
+		return strings.Count(s, "node heartbeat not written"), strings.Count(s, "node heartbeat written again")
+	}
 	natstest.Eventually(t, "the recovery logged", func() (bool, string) {
-		return strings.Contains(buf.String(), "node heartbeat written again"), buf.String()
+		w, r := pairs()
+		return w >= 1 && w == r, buf.String()
 	})
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	if n := strings.Count(buf.String(), "node heartbeat not written"); n != 1 {
-		t.Errorf("the outage logged %d times, want once:\n%s", n, buf.String())
+	if w, r := pairs(); w != r || w > 3 {
+		t.Errorf("%d warnings and %d recoveries: want one warning per outage:\n%s", w, r, buf.String())
 	}
 }
 
