@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -22,14 +21,7 @@ import (
 // "NATS store failing writes (disk full?)". Once space is free the embedded
 // server restarts JetStream and /health is 200 again, with no restart.
 func TestAllHealthSaysTheNATSStoreFails(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("skipped: needs root to mount a tmpfs (CI runs as root, so it runs there)")
-	}
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("skipped: cannot mount a tmpfs here (a container without CAP_SYS_ADMIN?): %v: %s", err, out)
-	}
-	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
+	dir := natstest.Tmpfs(t, "8m")
 	cfg := testAllConfig(t)
 	cfg.NATS.StoreDir = filepath.Join(dir, "nats")
 	all := startAll(t, cfg)

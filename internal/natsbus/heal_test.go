@@ -1,15 +1,17 @@
-package natsbus
+package natsbus_test
 
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/svc-pf/svc-pf/internal/natsbus"
+	"github.com/svc-pf/svc-pf/internal/natsbus/natstest"
 )
 
 // TestEmbeddedHealsAfterDiskFull fills the file system under the store for
@@ -19,21 +21,14 @@ import (
 // server must see the error (StoreError) and, once space is free, restart
 // JetStream so that writes succeed again without a process restart.
 func TestEmbeddedHealsAfterDiskFull(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("skipped: needs root to mount a 4 MiB tmpfs (CI runs as root, so it runs there)")
-	}
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("skipped: cannot mount a tmpfs here (a container without CAP_SYS_ADMIN?): %v: %s", err, out)
-	}
-	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
+	dir := natstest.Tmpfs(t, "4m")
 
-	srv, err := StartEmbedded(EmbeddedConfig{StoreDir: dir, HealInterval: 100 * time.Millisecond})
+	srv, err := natsbus.StartEmbedded(natsbus.EmbeddedConfig{StoreDir: dir, HealInterval: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Shutdown)
-	nc, err := Connect(srv.ClientURL(), "test", nil, false)
+	nc, err := natsbus.Connect(srv.ClientURL(), "test", nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}

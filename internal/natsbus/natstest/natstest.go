@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -253,4 +254,22 @@ func (l *LogBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// Tmpfs mounts a tmpfs of size (mount's syntax: "4m") on a new temporary
+// directory and returns it, unmounted when the test ends: a file system
+// that really fills up. It needs root and CAP_SYS_ADMIN; without them the
+// test is skipped, saying which is missing. .ci/run runs as root and
+// fails when a test that uses this skips.
+func Tmpfs(t testing.TB, size string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("skipped: needs root to mount a tmpfs (CI runs as root, so it runs there)")
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("skipped: cannot mount a tmpfs here (a container without CAP_SYS_ADMIN?): %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
+	return dir
 }
