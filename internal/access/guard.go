@@ -95,9 +95,7 @@ func (g *Guard) Check(w http.ResponseWriter, r *http.Request) (*http.Request, bo
 	}
 	if keyed {
 		if wait := g.limiter.blocked(client); wait > 0 {
-			secs := int((wait + time.Second - 1) / time.Second)
-			w.Header().Set("Retry-After", strconv.Itoa(secs))
-			writeError(w, http.StatusTooManyRequests, "too many failed authentications from this address; retry after "+strconv.Itoa(secs)+"s")
+			tooMany(w, wait, "authentications")
 			return nil, false
 		}
 	}
@@ -170,9 +168,7 @@ func (g *Guard) LimitFailures(next http.HandlerFunc) http.HandlerFunc {
 		client, keyed := clientKey(r.RemoteAddr)
 		if keyed {
 			if wait := g.limiter.blocked(client); wait > 0 {
-				secs := int((wait + time.Second - 1) / time.Second)
-				w.Header().Set("Retry-After", strconv.Itoa(secs))
-				writeError(w, http.StatusTooManyRequests, "too many failed sign-ins from this address; retry after "+strconv.Itoa(secs)+"s")
+				tooMany(w, wait, "sign-ins")
 				return
 			}
 		}
@@ -182,6 +178,14 @@ func (g *Guard) LimitFailures(next http.HandlerFunc) http.HandlerFunc {
 			g.limiter.fail(client)
 		}
 	}
+}
+
+// tooMany answers 429 to a client over the failure limit for wait more,
+// in whole seconds (rounded up) in Retry-After and in the message.
+func tooMany(w http.ResponseWriter, wait time.Duration, what string) {
+	secs := strconv.Itoa(int((wait + time.Second - 1) / time.Second))
+	w.Header().Set("Retry-After", secs)
+	writeError(w, http.StatusTooManyRequests, "too many failed "+what+" from this address; retry after "+secs+"s")
 }
 
 // writeError answers {"error": msg}, the body of every error of the

@@ -397,12 +397,11 @@ func (c *Console) settingsPost(q *req) {
 	}
 	v, err := c.cfg.Ops.PutSettings(q.ctx(), q.org, sc, doc)
 	if err != nil {
-		status, _ := orgmanager.StatusOf(err)
+		status, msg := orgmanager.StatusOf(err)
 		if status == http.StatusNotFound || status == http.StatusInternalServerError {
 			c.orgFailure(q, err)
 			return
 		}
-		_, msg := orgmanager.StatusOf(err)
 		pg.Fields["document"] = msg
 		c.renderSettings(q, pg, status)
 		return
