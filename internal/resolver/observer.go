@@ -60,6 +60,10 @@ type Answered struct {
 	// Took is from the query's arrival (its batch's, over UDP) to the
 	// reply handed to the transport.
 	Took time.Duration
+	// Reply is the reply's wire bytes as handed to the transport (a view
+	// of the resolver's buffer: copy what you keep); nil when none was
+	// sent (RcodeDropped).
+	Reply []byte
 }
 
 // RcodeDropped is Answered.Rcode for a query the policy dropped.
@@ -104,6 +108,10 @@ type Summary struct {
 	// found for the name, in the decision's order (a name of the CNAME
 	// chain adds its own); empty when the decision did not look them up.
 	Categories []uint16
+	// Policy is the fingerprint of the effective settings that decided
+	// (policy.Decision.Fingerprint): a later question "why was this
+	// blocked then?" tells an old policy from today's by it.
+	Policy string
 }
 
 // summarize fills s from d, its categories into s.Categories' room.
@@ -112,13 +120,14 @@ func summarize(s *Summary, d *policy.Decision) {
 	for _, c := range d.Categories {
 		cats = append(cats, c.Code)
 	}
-	*s = Summary{Verdict: d.Verdict, Action: d.Action, Reason: d.Reason, Rule: d.Rule(), Categories: cats}
+	*s = Summary{Verdict: d.Verdict, Action: d.Action, Reason: d.Reason, Rule: d.Rule(), Categories: cats,
+		Policy: d.Fingerprint}
 }
 
 // The packet cache keeps a summary as a note (cache.Packet.Put): one byte
 // each for the verdict, action and reason (their index in these tables),
-// the number of categories, their codes (big-endian), then the rule's
-// bytes. A few bytes beside an answer of a hundred or more; decoded, on a
+// the number of categories, their codes (big-endian), the policy's
+// fingerprint as a length byte and its bytes, then the rule's bytes. A few bytes beside an answer of a hundred or more; decoded, on a
 // hit, without allocating (the rule is a view of the entry's bytes, which
 // are never modified).
 var (
@@ -130,8 +139,12 @@ var (
 		policy.ReasonNetwork, policy.ReasonDefault}
 )
 
-// noteMaxCategories bounds the codes a note keeps (a count byte).
-const noteMaxCategories = 255
+// noteMaxCategories bounds the codes a note keeps (a count byte), and
+// noteMaxPolicy the fingerprint's bytes (16 hex digits in practice).
+const (
+	noteMaxCategories = 255
+	noteMaxPolicy     = 255
+)
 
 func indexOf[T comparable](table []T, v T) byte {
 	for i, x := range table {
@@ -150,26 +163,34 @@ func appendNote(dst []byte, s *Summary) []byte {
 	for _, c := range cats {
 		dst = binary.BigEndian.AppendUint16(dst, c)
 	}
+	fp := s.Policy[:min(len(s.Policy), noteMaxPolicy)]
+	dst = append(dst, byte(len(fp)))
+	dst = append(dst, fp...)
 	return append(dst, s.Rule...)
 }
 
 // readNote decodes a note appendNote wrote into s, its categories into
 // cats (reused); false when note is not one (an answer stored without a
-// summary: s is then zero). The rule is a view of note.
+// summary: s is then zero). The rule and the policy are views of note.
 func readNote(s *Summary, note []byte, cats []uint16) bool {
 	*s = Summary{}
 	if len(note) < 4 {
 		return false
 	}
 	v, a, r, n := int(note[0]), int(note[1]), int(note[2]), int(note[3])
-	if v >= len(noteVerdicts) || a >= len(noteActions) || r >= len(noteReasons) || len(note) < 4+2*n {
+	if v >= len(noteVerdicts) || a >= len(noteActions) || r >= len(noteReasons) || len(note) < 5+2*n ||
+		len(note) < 5+2*n+int(note[4+2*n]) {
 		return false
 	}
 	for i := range n {
 		cats = append(cats, binary.BigEndian.Uint16(note[4+2*i:]))
 	}
 	*s = Summary{Verdict: noteVerdicts[v], Action: noteActions[a], Reason: noteReasons[r], Categories: cats}
-	if rule := note[4+2*n:]; len(rule) > 0 {
+	fp := note[5+2*n : 5+2*n+int(note[4+2*n])]
+	if len(fp) > 0 {
+		s.Policy = unsafe.String(&fp[0], len(fp))
+	}
+	if rule := note[5+2*n+len(fp):]; len(rule) > 0 {
 		s.Rule = unsafe.String(&rule[0], len(rule))
 	}
 	return true

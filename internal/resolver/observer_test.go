@@ -22,6 +22,7 @@ type recorder struct {
 func (o *recorder) Answered(a *resolver.Answered) {
 	c := *a // the event is reused after the call: copy what is kept
 	c.Decision.Categories = slices.Clone(a.Decision.Categories)
+	c.Reply = slices.Clone(a.Reply)
 	o.mu.Lock()
 	o.evs = append(o.evs, c)
 	o.mu.Unlock()
@@ -72,7 +73,8 @@ func sameDecision(t *testing.T, what string, got, want resolver.Answered) {
 	t.Helper()
 	if got.Decision.Verdict != want.Decision.Verdict || got.Decision.Action != want.Decision.Action ||
 		got.Decision.Reason != want.Decision.Reason || got.Decision.Rule != want.Decision.Rule ||
-		!slices.Equal(got.Decision.Categories, want.Decision.Categories) || got.Subscriber != want.Subscriber ||
+		!slices.Equal(got.Decision.Categories, want.Decision.Categories) || got.Decision.Policy != want.Decision.Policy ||
+		got.Subscriber != want.Subscriber ||
 		got.Name != want.Name || got.Type != want.Type || got.Rcode != want.Rcode || got.Transport != want.Transport {
 		t.Errorf("%s: %+v, want the same decision, subscriber and question as %+v", what, got, want)
 	}
@@ -118,6 +120,14 @@ func TestObserverUDPMissThenHit(t *testing.T) {
 			}
 			if ev.Took < 0 || ev.Took > bound {
 				t.Errorf("%s round %d: took %v", tt.name, round, ev.Took)
+			}
+			if len(d.Policy) != 16 {
+				t.Errorf("%s round %d: policy fingerprint %q, want the effective settings' 16 hex digits", tt.name, round, d.Policy)
+			}
+			// The reply as the client got it (a dnstap consumer logs it).
+			var sent dns.Msg
+			if err := sent.Unpack(ev.Reply); err != nil || sent.Id != r.Id || sent.Rcode != r.Rcode || len(sent.Answer) != len(r.Answer) {
+				t.Errorf("%s round %d: observed reply %v (%v), want the one the client got: %v", tt.name, round, &sent, err, r)
 			}
 		}
 		sameDecision(t, tt.name+": the hit", rec.next(t, i-1), rec.next(t, i-2))

@@ -129,7 +129,7 @@ func (f *front) serve(w replier, rq *request, v *policy.View, i int, dst []byte)
 		}
 		reply := dnswire.AppendError(dst, q, pe.Rcode(), ourUDPSize)
 		if r.obs != nil {
-			f.observe(rq, v, client, pe.Rcode(), nil, CachedNone)
+			f.observe(rq, v, client, pe.Rcode(), reply, nil, CachedNone)
 		}
 		return reply, outReply
 	}
@@ -143,7 +143,7 @@ func (f *front) serve(w replier, rq *request, v *policy.View, i int, dst []byte)
 		reply := dnswire.AppendError(dst, q, dnswire.RcodeBadVers, ourUDPSize)
 		sh.Replied(dnswire.RcodeBadVers, r.now().Sub(rq.start))
 		if r.obs != nil {
-			f.observe(rq, v, client, dnswire.RcodeBadVers, nil, CachedNone)
+			f.observe(rq, v, client, dnswire.RcodeBadVers, reply, nil, CachedNone)
 		}
 		return reply, outReply
 	}
@@ -158,7 +158,7 @@ func (f *front) serve(w replier, rq *request, v *policy.View, i int, dst []byte)
 				dnswire.PatchHeader(ans, q)
 				sh.PacketCacheHit(int(ans[3] & 0x0f))
 				if r.obs != nil {
-					f.observe(rq, v, client, int(ans[3]&0x0f), note, CachedPacket)
+					f.observe(rq, v, client, int(ans[3]&0x0f), ans, note, CachedPacket)
 				}
 				return ans, outReply
 			}
@@ -184,7 +184,7 @@ func (f *front) serve(w replier, rq *request, v *policy.View, i int, dst []byte)
 		}
 		reply := dnswire.AppendError(dst, q, dnswire.RcodeServerFailure, ourUDPSize)
 		if r.obs != nil {
-			f.observe(rq, v, client, dnswire.RcodeServerFailure, nil, CachedNone)
+			f.observe(rq, v, client, dnswire.RcodeServerFailure, reply, nil, CachedNone)
 		}
 		return reply, outReply
 	}
@@ -270,6 +270,7 @@ func (r *Resolver) slowPath(w replier, sh *stats.Shard, t policy.Transport, pkt,
 	_ = w.send(sc, wire, from)
 	sh.Replied(reply.Rcode, r.now().Sub(start))
 	if ob != nil {
+		ob.ev.Reply = wire
 		r.observeSlow(ob, q, from, reply.Rcode)
 	}
 }
@@ -281,12 +282,14 @@ func (r *Resolver) slowPath(w replier, sh *stats.Shard, t policy.Transport, pkt,
 func (r *Resolver) formErr(w replier, sh *stats.Shard, t policy.Transport, pkt []byte, from netip.AddrPort, start time.Time) {
 	sc := r.replyBufs.Get().(*replyScratch)
 	defer r.replyBufs.Put(sc)
-	_ = w.send(sc, appendFormErr(sc.buf[:0], pkt), from)
+	wire := appendFormErr(sc.buf[:0], pkt)
+	_ = w.send(sc, wire, from)
 	sh.Replied(dnswire.RcodeFormatError, r.now().Sub(start))
 	if r.obs != nil {
 		var dq dnswire.Query
 		_ = dq.Parse(pkt)
-		ev := &Answered{Type: dq.QType, Transport: t, Client: from, Rcode: dnswire.RcodeFormatError, Took: r.now().Sub(start)}
+		ev := &Answered{Type: dq.QType, Transport: t, Client: from, Rcode: dnswire.RcodeFormatError, Took: r.now().Sub(start),
+			Reply: wire}
 		if dq.HasQuestion() {
 			ev.Name = string(dnswire.AppendNameText(nil, dq.Name()))
 		}
@@ -350,9 +353,9 @@ func (r *Resolver) observeSlow(ob *slowObs, q *query, from netip.AddrPort, rcode
 // hit (note is the summary stored with it), or a reply with no decision.
 //
 //go:noinline
-func (f *front) observe(rq *request, v *policy.View, client netip.Addr, rcode int, note []byte, cached Cached) {
+func (f *front) observe(rq *request, v *policy.View, client netip.Addr, rcode int, reply, note []byte, cached Cached) {
 	o, q := &f.obs, &f.q
-	o.ev = Answered{Transport: rq.transport, Client: rq.from, ClientID: rq.clientID, Rcode: rcode, Cached: cached}
+	o.ev = Answered{Transport: rq.transport, Client: rq.from, ClientID: rq.clientID, Rcode: rcode, Cached: cached, Reply: reply}
 	if q.HasQuestion() {
 		o.name = dnswire.AppendNameText(o.name[:0], q.Name())
 		o.ev.Name, o.ev.Type = string(o.name), q.QType
