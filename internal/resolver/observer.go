@@ -29,6 +29,17 @@ type Observer interface {
 	Answered(a *Answered)
 }
 
+// Observers tells each of its observers, in order (the activity queue,
+// dnstap): a resolver has one Observer.
+type Observers []Observer
+
+// Answered calls every observer.
+func (os Observers) Answered(a *Answered) {
+	for _, o := range os {
+		o.Answered(a)
+	}
+}
+
 // Answered is one answered query, as an Observer sees it.
 type Answered struct {
 	// Name is the question's name in lower case, dotted, with its final
