@@ -136,11 +136,11 @@ func ask(t *testing.T, netw, server, name string, qtype uint16) (*dns.Msg, netip
 	return r, local
 }
 
-// startWriter makes a Writer for socket and runs it until the test ends;
-// Run must return nil once its context ends.
-func startWriter(t *testing.T, socket string, queue int) (*dnstap.Writer, *prometheus.Registry) {
+// startWriter makes a Writer for socket and runs it until stop is called
+// or the test ends; Run must return nil once its context ends.
+func startWriter(t *testing.T, socket string, queue int) (w *dnstap.Writer, reg *prometheus.Registry, stop func()) {
 	t.Helper()
-	reg := prometheus.NewRegistry()
+	reg = prometheus.NewRegistry()
 	w, err := dnstap.New(dnstap.Config{Socket: socket, Identity: "node-1", Version: "svc-pf test", Queue: queue, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
@@ -148,18 +148,22 @@ func startWriter(t *testing.T, socket string, queue int) (*dnstap.Writer, *prome
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("writer Run: %v", err)
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("writer Run: %v", err)
+				}
+			case <-time.After(bound):
+				t.Errorf("writer Run did not return within %v of its context's end", bound)
 			}
-		case <-time.After(bound):
-			t.Errorf("writer Run did not return within %v of its context's end", bound)
-		}
-	})
-	return w, reg
+		})
+	}
+	t.Cleanup(stop)
+	return w, reg, stop
 }
 
 // metric reads one of the writer's metrics (reason: the dropped counter's
