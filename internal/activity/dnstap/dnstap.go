@@ -59,6 +59,9 @@ const DefaultQueue = 8192
 const (
 	minBackoff = 100 * time.Millisecond
 	maxBackoff = 5 * time.Second
+	// stableConn is how long a connection must have lasted for the
+	// backoff to start again from minBackoff once it is lost.
+	stableConn = 10 * time.Second
 	// ioTimeout bounds a connection attempt with its handshake, and one
 	// batch's write: a reader that stops reading is dropped and
 	// reconnected to, rather than holding the queue.
@@ -155,9 +158,9 @@ func (w *Writer) Answered(a *resolver.Answered) {
 		b = append(b, a.Decision.Rule...)
 		r.nRule = len(a.Decision.Rule)
 	}
-	if r.dropped || len(a.Reply) < 12 { // the name only when the reply cannot stand for the query
-		b = append(b, a.Name...)
-	}
+	// The name, for when the reply cannot stand for the query (none was
+	// sent): a few bytes more to copy spare a test on the hot path.
+	b = append(b, a.Name...)
 	*bp = b
 	r.buf = bp
 	select {
@@ -207,8 +210,9 @@ func (w *Writer) Run(ctx context.Context) error {
 			continue
 		}
 		w.log.Info("dnstap: connected to the reader", "socket", w.sock.String(), "after_failures", failures)
-		backoff, failures = minBackoff, 0
+		failures = 0
 		w.connected.Set(1)
+		since := time.Now()
 		err = w.serve(ctx, conn)
 		w.connected.Set(0)
 		_ = conn.Close()
@@ -216,7 +220,20 @@ func (w *Writer) Run(ctx context.Context) error {
 			w.dropQueued()
 			return nil
 		}
-		w.log.Warn("dnstap: the reader went away; reconnecting", "socket", w.sock.String(), "err", err)
+		// A connection that lasted resets the backoff; one the reader
+		// closes as soon as it is made (a reader refusing us, or
+		// crashing in a loop) keeps doubling it, rather than spinning.
+		if time.Since(since) > stableConn {
+			backoff = minBackoff
+		}
+		w.log.Warn("dnstap: the reader went away; reconnecting", "socket", w.sock.String(), "err", err, "retry_in", backoff)
+		select {
+		case <-ctx.Done():
+			w.dropQueued()
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, maxBackoff)
 	}
 }
 
