@@ -297,9 +297,8 @@ func dimOf(d activity.Dimension) int {
 
 // batchID names a batch in the applied tables.
 type batchID struct {
-	node       string
-	boot, seq  uint64
-	eventCount int
+	node      string
+	boot, seq uint64
 }
 
 // part is what one batch holds for one day.
@@ -317,57 +316,41 @@ type dayWork struct {
 
 // splitDays groups the batches' events and counts by UTC day (an event by
 // its time, a count by its interval's start), keeping each batch's part of
-// a day apart: each part is recorded as applied in its own day.
+// a day apart: each part is recorded as applied in its own day. Two
+// batches with one ID (a republished batch) stay two parts, and the second
+// is skipped as applied.
 func splitDays(bs []*activity.Batch) []dayWork {
 	byDay := map[int32]*dayWork{}
+	lastOf := map[int32]int{}
 	var order []int32
-	get := func(d int32, b *activity.Batch) *part {
+	get := func(d int32, bi int, b *activity.Batch) *part {
 		w := byDay[d]
 		if w == nil {
 			w = &dayWork{day: d}
 			byDay[d] = w
 			order = append(order, d)
 		}
-		id := batchID{node: b.Node, boot: b.Boot, seq: b.Seq}
-		if n := len(w.parts); n > 0 && w.parts[n-1].id == id {
-			return &w.parts[n-1]
+		if i, ok := lastOf[d]; ok && i == bi {
+			return &w.parts[len(w.parts)-1]
 		}
-		w.parts = append(w.parts, part{id: id})
+		lastOf[d] = bi
+		w.parts = append(w.parts, part{id: batchID{node: b.Node, boot: b.Boot, seq: b.Seq}})
 		return &w.parts[len(w.parts)-1]
 	}
-	for _, b := range bs {
+	for bi, b := range bs {
 		for i := range b.Events {
-			p := get(dayOf(b.Events[i].Time), b)
+			p := get(dayOf(b.Events[i].Time), bi, b)
 			p.events = append(p.events, &b.Events[i])
 		}
 		for i := range b.Counts {
-			p := get(dayOf(b.Counts[i].Start), b)
+			p := get(dayOf(b.Counts[i].Start), bi, b)
 			p.counts = append(p.counts, &b.Counts[i])
 		}
-		if len(b.Events) == 0 && len(b.Counts) == 0 {
-			// An empty batch still happened; nothing to store.
-			continue
-		}
 	}
-	// A batch whose events share a day with another batch's counts may have
-	// had its part split in two by the interleaving above; merge them.
-	out := make([]dayWork, 0, len(order))
 	slices.Sort(order)
+	out := make([]dayWork, 0, len(order))
 	for _, d := range order {
-		w := byDay[d]
-		merged := w.parts[:0:0]
-		idx := map[batchID]int{}
-		for _, p := range w.parts {
-			if i, ok := idx[p.id]; ok {
-				merged[i].events = append(merged[i].events, p.events...)
-				merged[i].counts = append(merged[i].counts, p.counts...)
-				continue
-			}
-			idx[p.id] = len(merged)
-			merged = append(merged, p)
-		}
-		w.parts = merged
-		out = append(out, *w)
+		out = append(out, *byDay[d])
 	}
 	return out
 }
