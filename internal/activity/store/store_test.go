@@ -9,6 +9,7 @@ import (
 
 	"github.com/svc-pf/svc-pf/internal/activity"
 	"github.com/svc-pf/svc-pf/internal/activity/store"
+	"github.com/svc-pf/svc-pf/internal/orgstore/storetest"
 )
 
 var day0 = time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC)
@@ -43,10 +44,36 @@ func openDir(t *testing.T, dir string, now time.Time) *store.Store {
 	return s
 }
 
-func TestDirWriteReadOnce(t *testing.T) {
+// kinds runs fn on a day-file store and on a PostgreSQL one (skipped
+// without SVCPF_TEST_POSTGRES_URL).
+func kinds(t *testing.T, fn func(t *testing.T, open func(now time.Time) *store.Store)) {
+	t.Run("dir", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "activity")
+		fn(t, func(now time.Time) *store.Store { return openDir(t, dir, now) })
+	})
+	t.Run("postgres", func(t *testing.T) {
+		url := storetest.URL(t, storetest.Postgres)
+		fn(t, func(now time.Time) *store.Store { return openURL(t, url, now) })
+	})
+}
+
+func openURL(t *testing.T, url string, now time.Time) *store.Store {
+	t.Helper()
+	s, err := store.Open(context.Background(), store.Config{URL: url, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func TestPostgresAndDirWriteReadOnce(t *testing.T) {
+	kinds(t, testWriteReadOnce)
+}
+
+func testWriteReadOnce(t *testing.T, open func(now time.Time) *store.Store) {
 	ctx := context.Background()
-	dir := filepath.Join(t.TempDir(), "activity")
-	s := openDir(t, dir, day0.Add(30*time.Hour))
+	s := open(day0.Add(30 * time.Hour))
 	b := testBatch("n1", 1, day0.Add(23*time.Hour+59*time.Minute), 100*time.Millisecond, 2000, 10) // spans midnight
 	for range 2 {
 		if err := s.Write(ctx, b); err != nil {
