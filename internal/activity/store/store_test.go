@@ -40,6 +40,7 @@ func openDir(t *testing.T, dir string, now time.Time) *store.Store {
 	if err != nil {
 		t.Fatal(err)
 	}
+	urls[s] = "dir:" + dir
 	t.Cleanup(func() { _ = s.Close() })
 	return s
 }
@@ -57,12 +58,21 @@ func kinds(t *testing.T, fn func(t *testing.T, open func(now time.Time) *store.S
 	})
 }
 
+// urls remembers each test store's URL, to open it again with another
+// configuration.
+var urls = map[*store.Store]string{}
+
+func storeConfigOf(t *testing.T, s *store.Store, now time.Time, retention time.Duration) store.Config {
+	return store.Config{URL: urls[s], Retention: retention, Now: func() time.Time { return now }, ReadOnly: true}
+}
+
 func openURL(t *testing.T, url string, now time.Time) *store.Store {
 	t.Helper()
 	s, err := store.Open(context.Background(), store.Config{URL: url, Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}
+	urls[s] = url
 	t.Cleanup(func() { _ = s.Close() })
 	return s
 }
