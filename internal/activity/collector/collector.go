@@ -67,9 +67,8 @@ type Collector struct {
 	stored, counts, batches, bad, errs, dropped prometheus.Counter
 	pending                                     prometheus.Gauge
 
-	mu      sync.Mutex
-	health  error
-	started bool
+	mu     sync.Mutex
+	health error
 }
 
 // New checks cfg and registers the metrics.

@@ -659,23 +659,6 @@ func dayBounds(q activity.EventQuery, day int32) (lo, hi int64) {
 	return lo, hi
 }
 
-func queryIDs(ctx context.Context, tx *sql.Tx, q string, args ...any) ([]int64, error) {
-	rows, err := tx.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []int64
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		out = append(out, id)
-	}
-	return out, rows.Err()
-}
-
 func dirEventsDay(ctx context.Context, tx *sql.Tx, q activity.EventQuery, day int32, need int) ([]activity.StoredEvent, error) {
 	lo, hi := dayBounds(q, day)
 	if lo >= hi {

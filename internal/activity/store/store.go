@@ -442,11 +442,10 @@ func (r rollup) add(org string, dim int, h int, key int64, n int64, isBlocked bo
 
 // rollRow is one counter row to upsert.
 type rollRow struct {
-	org      string
-	dim, h   int
-	key      int64
-	n, b     int64
-	sortable string
+	org    string
+	dim, h int
+	key    int64
+	n, b   int64
 }
 
 // rows turns the rollup into rows sorted by their primary key, so that two
