@@ -39,6 +39,7 @@ func TestHelpNamesEveryJob(t *testing.T) {
 		"ipmapper":   {"session table", "NATS", "ipmapper sessions"},
 		"simulator":  {"categories", "verdict", "reason", "Lua"},
 		"resolver":   {"DNS", "PowerDNS-compatible"},
+		"activity":   {"collector", "ACTIVITY", "SQLite", "PostgreSQL"},
 		"all":        {"every service", "embedded NATS"},
 		"feed":       {"build", "serve", "look a name up"},
 		"token":      {"create", "list", "revoke", "bearer tokens"},

@@ -53,6 +53,8 @@ Commands:
                through Lua workers (default config /etc/svc-pf/simulator.yaml; --test-and-exit)
   resolver     the filtering DNS server (UDP and TCP) and its PowerDNS-compatible statistics API
                (default config /etc/svc-pf/resolver.yaml)
+  activity     the activity collector: stores the nodes' activity from the stream ACTIVITY into per-day SQLite
+               files or PostgreSQL (default config /etc/svc-pf/activity.yaml; docs/activity.md)
   all          every service above in one process around an embedded NATS server (default config /etc/svc-pf/all.yaml);
                the console at http://127.0.0.1:8080/ui/, its admin token in <data_dir>/admin.token
   feed         build a category feed from filter lists, serve feed directories over HTTP, look a name up
@@ -120,7 +122,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if len(rest) > 0 && rest[0] == "sessions" {
 			return runIPMapperSessions(ctx, rest[1:], stdout, stderr)
 		}
-	case "orgmanager", "simulator", "resolver", "all":
+	case "orgmanager", "simulator", "resolver", "activity", "all":
 	default:
 		fmt.Fprintf(stderr, "svc-pf: unknown command %q\n\n%s", cmd, usage)
 		return 2
@@ -178,6 +180,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cfg := app.DefaultResolverConfig()
 		if err = config.Load(configPath, explicit, &cfg); err == nil {
 			err = app.RunResolver(ctx, cfg, v, app.NewLogger(stderr, cfg.Log, *debugLog))
+		}
+	case "activity":
+		cfg := app.DefaultActivityConfig()
+		if err = config.Load(configPath, explicit, &cfg); err == nil {
+			err = app.RunActivity(ctx, cfg, v, app.NewLogger(stderr, cfg.Log, *debugLog))
 		}
 	case "all":
 		cfg := app.DefaultAllConfig()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/svc-pf/svc-pf/internal/activity"
 	"github.com/svc-pf/svc-pf/internal/filelock"
 	"github.com/svc-pf/svc-pf/internal/httpapi"
 	"github.com/svc-pf/svc-pf/internal/natsbus"
@@ -57,6 +58,10 @@ type AllConfig struct {
 	RPZ []rpz.ZoneConfig `yaml:"rpz"`
 	// Region is the node's region (the simulator's info payload).
 	Region string `yaml:"region"`
+	// Activity is the activity section: the node's observer and the
+	// collector, which stores into <data_dir>/activity unless
+	// activity.store.url says otherwise.
+	Activity activity.Config `yaml:"activity"`
 }
 
 // DefaultAllConfig is what runs when the file sets nothing.
@@ -70,6 +75,7 @@ func DefaultAllConfig() AllConfig {
 		Node:       DefaultNodeConfig(),
 		Simulator:  DefaultSimulatorConfig(),
 		Resolver:   allResolverConfig(),
+		Activity:   activity.DefaultConfig(),
 	}
 }
 
@@ -98,7 +104,7 @@ func (c *AllConfig) Validate() error {
 	if len(c.Simulator.RPZ) > 0 {
 		errs = append(errs, errors.New("simulator.rpz: under svc-pf all the RPZ zones are set at the top level (rpz:), shared by the simulator and the resolver"))
 	}
-	errs = append(errs, rpz.Config{Zones: c.RPZ}.Validate())
+	errs = append(errs, rpz.Config{Zones: c.RPZ}.Validate(), prefixed("activity", c.Activity.Validate()))
 	if len(c.Resolver.Feeds) > 0 || len(c.Resolver.RPZ) > 0 || c.Resolver.Region != "" {
 		errs = append(errs, errors.New("resolver.feeds, resolver.rpz, resolver.region: under svc-pf all these node keys are set at the top level, shared by the simulator and the resolver"))
 	}
@@ -171,6 +177,8 @@ type All struct {
 	Node       *Node
 	Simulator  *Simulator
 	Resolver   *Resolver
+	// Activity is the collector, storing the node's activity.
+	Activity *Activity
 	// announcer writes the node's heartbeat (svcpf_nodes).
 	announcer *nodehealth.Announcer
 	conns     []*nats.Conn
@@ -299,6 +307,15 @@ func StartAll(ctx context.Context, cfg AllConfig, v Version, log *slog.Logger) (
 		return fail(err)
 	}
 	log.Info("simulator NATS enabled", "url", redactURL(ncSim.ConnectedUrlRedacted()))
+	ncActivity, err := connect("", "svc-pf activity")
+	if err != nil {
+		return fail(err)
+	}
+	if a.Activity, err = StartActivity(ctx, ActivityConfig{DataDir: cfg.DataDir, Activity: cfg.Activity}, ncActivity, v, log); err != nil {
+		return fail(err)
+	}
+	// The node listener's /health says when the collector cannot store.
+	a.Node.activity = a.Activity.Collector.Health
 	if a.announcer, err = newAnnouncer(cfg.Node.AnnounceConfig, "all", []string{"resolver", "simulator"}, n, ncNode, v, nodeLog); err != nil {
 		return fail(err)
 	}
@@ -311,7 +328,7 @@ func (a *All) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	services := []func(context.Context) error{a.IPMapper.Run, a.OrgManager.Run, a.Node.Run, a.Simulator.Run, a.Resolver.DNS.Run,
-		a.announcer.Run}
+		a.announcer.Run, a.Activity.Run}
 	errc := make(chan error, len(services))
 	for _, run := range services {
 		go func() { errc <- run(ctx) }()
@@ -329,6 +346,10 @@ func (a *All) Run(ctx context.Context) error {
 func (a *All) close() {
 	if a.Resolver != nil {
 		a.Resolver.DNS.Close()
+	}
+	if a.Activity != nil && a.Activity.Store != nil {
+		// Closing twice (Run closed it) is harmless.
+		_ = a.Activity.Store.Close()
 	}
 	for _, nc := range a.conns {
 		nc.Close()

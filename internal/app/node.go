@@ -46,6 +46,9 @@ type Node struct {
 	Models *node.Node
 	server *httpapi.Server
 	log    *slog.Logger
+	// activity is the in-process activity collector's health under `svc-pf
+	// all` (set by StartAll before Run serves /health), nil otherwise.
+	activity func() error
 }
 
 // routes are more routes a node listener serves (the resolver's
@@ -62,14 +65,21 @@ func StartNode(cfg NodeConfig, n *node.Node, reg *prometheus.Registry, v Version
 	if err != nil {
 		return nil, err
 	}
+	ln := &Node{Models: n, log: log}
 	httpapi.MountStandard(router, httpapi.StandardConfig{
-		Service: "node", Version: string(v), Gatherer: reg, Ready: n.Ready,
+		Service: "node", Version: string(v), Gatherer: reg, Ready: func() error {
+			if ln.activity != nil {
+				if err := ln.activity(); err != nil {
+					return fmt.Errorf("activity collector: %w", err)
+				}
+			}
+			return n.Ready()
+		},
 		Info: func() any { return n.Status() },
 	})
 	for _, m := range more {
 		m.Register(router)
 	}
-	ln := &Node{Models: n, log: log}
 	if ln.server, err = httpapi.Listen(cfg.HTTP, router, log); err != nil {
 		return nil, err
 	}

@@ -1,0 +1,137 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/svc-pf/svc-pf/internal/activity"
+	"github.com/svc-pf/svc-pf/internal/activity/store"
+	"github.com/svc-pf/svc-pf/internal/orgstore/storetest"
+)
+
+// benchEvents is how many events BenchmarkStore writes before it reads:
+// SVCPF_ACTIVITY_BENCH_EVENTS (default 1 000 000; the documented figures
+// say which).
+func benchEvents(b *testing.B) int {
+	n := 1_000_000
+	if v := os.Getenv("SVCPF_ACTIVITY_BENCH_EVENTS"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return n
+}
+
+// realisticBatches yields batches of 1000 events of one organisation over
+// one day: 1000 subscribers, 50 000 names drawn with a Zipf skew, a few
+// categories, reasons and verdicts, one node.
+func realisticBatches(n int, yield func(*activity.Batch) error) error {
+	r := rand.New(rand.NewPCG(1, 2))
+	zipf := rand.NewZipf(r, 1.1, 1, 49_999)
+	reasons := []string{"category", "blocklist", "allowlist", "default"}
+	step := 86_400_000_000_000 / int64(n)
+	seq := uint64(0)
+	for i := 0; i < n; {
+		seq++
+		b := &activity.Batch{Node: "n1", Boot: 9, Seq: seq}
+		for j := 0; j < 1000 && i < n; j, i = j+1, i+1 {
+			u := r.IntN(1000)
+			v := "block"
+			if r.IntN(4) == 0 {
+				v = "allow"
+			}
+			b.Events = append(b.Events, activity.Event{Time: day0.Add(time.Duration(int64(i) * step)), Node: "n1", Org: "acme",
+				SessionID: "s" + strconv.Itoa(u), Username: "user" + strconv.Itoa(u), DeviceID: "dev" + strconv.Itoa(u),
+				Client: fmt.Sprintf("10.0.%d.%d", u/256, u%256), QName: "name" + strconv.FormatUint(zipf.Uint64(), 10) + ".example.",
+				QType: 1, Transport: "udp", Verdict: v, Action: "nxdomain", Reason: reasons[r.IntN(len(reasons))],
+				Categories: []uint16{uint16(1 + r.IntN(8))}, LatencyUS: uint32(50 + r.IntN(5000)), Policy: "p" + strconv.Itoa(u%5)})
+		}
+		if err := yield(b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// BenchmarkStore writes benchEvents events (one batch of 1000 per message,
+// 8 messages per transaction, as the collector groups them), then times
+// the reports: a summary by domain over the day, and the first page of
+// one subscriber's events. It reports events/s written and bytes per
+// stored event.
+func BenchmarkStore(b *testing.B) {
+	for _, kind := range []string{"dir", "postgres"} {
+		b.Run(kind, func(b *testing.B) {
+			ctx := context.Background()
+			var url, dir string
+			if kind == "dir" {
+				dir = filepath.Join(b.TempDir(), "activity")
+				url = "dir:" + dir
+			} else {
+				url = storetest.URL(b, storetest.Postgres)
+			}
+			s, err := store.Open(ctx, store.Config{URL: url})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			n := benchEvents(b)
+			start := time.Now()
+			var group []*activity.Batch
+			err = realisticBatches(n, func(bt *activity.Batch) error {
+				group = append(group, bt)
+				if len(group) == 8 {
+					_, err := s.WriteBatches(ctx, group)
+					group = group[:0]
+					return err
+				}
+				return nil
+			})
+			if err == nil && len(group) > 0 {
+				_, err = s.WriteBatches(ctx, group)
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+			rate := float64(n) / time.Since(start).Seconds()
+			var perEvent float64
+			if kind == "dir" {
+				var size int64
+				for _, suf := range []string{"", "-wal"} {
+					if fi, err := os.Stat(filepath.Join(dir, "2026-11-28.db"+suf)); err == nil {
+						size += fi.Size()
+					}
+				}
+				perEvent = float64(size) / float64(n)
+			} else {
+				perEvent = pgBytes(b, url) / float64(n)
+			}
+			b.ResetTimer()
+			var sumT, pageT time.Duration
+			for b.Loop() {
+				t0 := time.Now()
+				sum, err := s.Summary(ctx, activity.SummaryQuery{Org: "acme", From: day0, To: day0.Add(24 * time.Hour), By: activity.ByDomain, Top: 10})
+				if err != nil || sum.Total != int64(n) {
+					b.Fatalf("summary: %v, total %d", err, sum.Total)
+				}
+				t1 := time.Now()
+				p, err := s.Events(ctx, activity.EventQuery{Org: "acme", From: day0, To: day0.Add(24 * time.Hour), Username: "user7", Limit: 100})
+				if err != nil || len(p.Events) == 0 {
+					b.Fatalf("events: %v, %d", err, len(p.Events))
+				}
+				sumT += t1.Sub(t0)
+				pageT += time.Since(t1)
+			}
+			b.ReportMetric(float64(sumT.Milliseconds())/float64(b.N), "summary-ms")
+			b.ReportMetric(float64(pageT.Microseconds())/1000/float64(b.N), "page-ms")
+			b.ReportMetric(rate, "written-events/s")
+			b.ReportMetric(perEvent, "bytes/event")
+		})
+	}
+}

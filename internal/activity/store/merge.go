@@ -1,0 +1,99 @@
+package store
+
+import (
+	"container/heap"
+	"strings"
+
+	"github.com/svc-pf/svc-pf/internal/activity"
+)
+
+// evRow is one stored event as read, before its dictionary ids are
+// resolved. t is milliseconds since the Unix epoch; (t, id) orders events.
+type evRow struct {
+	t, id                     int64
+	who, name, dec, what, lat int64
+}
+
+func (a evRow) less(b evRow) bool { return a.t < b.t || (a.t == b.t && a.id < b.id) }
+
+// fetcher reads up to n of one source's events older than (t, id), newest
+// first (t < 0: from the newest).
+type fetcher func(t, id int64, n int) ([]evRow, error)
+
+// mergeChunk is how many events a source reads at first; each refill of
+// the same source doubles it.
+const mergeChunk = 16
+
+type mergeSrc struct {
+	fetch     fetcher
+	buf       []evRow
+	chunk     int
+	exhausted bool
+}
+
+type mergeHeap []*mergeSrc
+
+func (h mergeHeap) Len() int           { return len(h) }
+func (h mergeHeap) Less(i, j int) bool { return h[j].buf[0].less(h[i].buf[0]) }
+func (h mergeHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *mergeHeap) Push(x any)        { *h = append(*h, x.(*mergeSrc)) }
+func (h *mergeHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// mergeNewest merges the sources' events, each newest first, into the
+// newest limit of them all. Each source is read lazily in growing chunks,
+// so a page over a thousand subscribers reads about a chunk of each plus
+// the page, not the page of each.
+func mergeNewest(sources []fetcher, limit int) ([]evRow, error) {
+	chunk := min(limit, mergeChunk)
+	h := make(mergeHeap, 0, len(sources))
+	for _, f := range sources {
+		s := &mergeSrc{fetch: f, chunk: chunk}
+		if err := s.fill(-1, -1); err != nil {
+			return nil, err
+		}
+		if len(s.buf) > 0 {
+			h = append(h, s)
+		}
+	}
+	heap.Init(&h)
+	var out []evRow
+	for len(out) < limit && h.Len() > 0 {
+		s := h[0]
+		r := s.buf[0]
+		out = append(out, r)
+		s.buf = s.buf[1:]
+		if len(s.buf) == 0 && !s.exhausted {
+			s.chunk = min(2*s.chunk, activity.MaxLimit+1)
+			if err := s.fill(r.t, r.id); err != nil {
+				return nil, err
+			}
+		}
+		if len(s.buf) == 0 {
+			heap.Pop(&h)
+		} else {
+			heap.Fix(&h, 0)
+		}
+	}
+	return out, nil
+}
+
+func (s *mergeSrc) fill(t, id int64) error {
+	rows, err := s.fetch(t, id, s.chunk)
+	if err != nil {
+		return err
+	}
+	s.buf = rows
+	s.exhausted = len(rows) < s.chunk
+	return nil
+}
+
+// likeEscape escapes s for a LIKE pattern with ESCAPE '\'.
+func likeEscape(s string) string {
+	r := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
+	return r.Replace(s)
+}
