@@ -214,6 +214,9 @@ type chartRect struct {
 type chartTick struct {
 	X, Y  int
 	Label string
+	// Anchor is the label's text-anchor: the first and last x labels
+	// align to their bar's edge so that neither runs off the chart.
+	Anchor string
 }
 
 type chartKey struct {
@@ -281,17 +284,18 @@ func buildChart(s activity.Summary) chart {
 	}
 	for _, f := range []int64{0, 2, 4} {
 		val := top * f / 4
-		ch.YTicks = append(ch.YTicks, chartTick{X: plotLeft - 6, Y: plotBottom - int(val*int64(plotH)/top), Label: strconv.FormatInt(val, 10)})
+		ch.YTicks = append(ch.YTicks, chartTick{X: plotLeft - 6, Y: plotBottom - int(val*int64(plotH)/top), Label: strconv.FormatInt(val, 10), Anchor: "end"})
 	}
 	layout := "Jan 2 15:04"
 	if s.Interval >= 24*time.Hour {
 		layout = "Jan 2"
 	}
-	for _, i := range []int{0, n / 2, n - 1} {
-		if i == n/2 && (i == 0 || i == n-1) {
-			continue
-		}
-		ch.XTicks = append(ch.XTicks, chartTick{X: plotLeft + i*barW + barW/2, Y: plotBottom + 18, Label: buckets[i].Format(layout)})
+	ch.XTicks = append(ch.XTicks, chartTick{X: plotLeft, Y: plotBottom + 18, Label: buckets[0].Format(layout), Anchor: "start"})
+	if n > 2 {
+		ch.XTicks = append(ch.XTicks, chartTick{X: plotLeft + (n/2)*barW + barW/2, Y: plotBottom + 18, Label: buckets[n/2].Format(layout), Anchor: "middle"})
+	}
+	if n > 1 {
+		ch.XTicks = append(ch.XTicks, chartTick{X: plotLeft + n*barW, Y: plotBottom + 18, Label: buckets[n-1].Format(layout), Anchor: "end"})
 	}
 	return ch
 }
