@@ -179,10 +179,10 @@ func ParseSummary(org string, v url.Values, now time.Time) (activity.SummaryQuer
 	}
 	if s, ok := p["interval"]; ok {
 		d, err := time.ParseDuration(s)
-		if err != nil || d < time.Minute {
-			return q, bad("interval", "%q: want a duration of at least 1m, such as 5m, 1h or 24h", s)
+		if err != nil || d < time.Minute || d > activity.MaxRange {
+			return q, bad("interval", "%q: want a duration from 1m to 8784h (366 days), such as 5m, 1h or 24h", s)
 		}
-		if n := (q.To.Sub(q.From) + d - 1) / d; n > activity.MaxBuckets {
+		if n := intervals(q.To.Sub(q.From), d); n > activity.MaxBuckets {
 			return q, bad("interval", "%v cuts the range into %d intervals, more than %d: choose a longer one", d, n, activity.MaxBuckets)
 		}
 		q.Interval = d
@@ -275,6 +275,16 @@ func parseAgo(s string) (time.Duration, error) {
 		return 0, fmt.Errorf("-%s: too long ago", s)
 	}
 	return d, nil
+}
+
+// intervals is how many intervals of d (> 0) cover span (≥ 0), the last
+// one perhaps cut short; written so that no sum can overflow.
+func intervals(span, d time.Duration) int64 {
+	n := int64(span / d)
+	if span%d != 0 {
+		n++
+	}
+	return n
 }
 
 func parseBounded(name, s string, max int) (int, error) {

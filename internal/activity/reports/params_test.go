@@ -185,9 +185,15 @@ func TestParseSummary(t *testing.T) {
 		{query: "by=colour", param: "by", inError: "category, domain, subscriber, reason"},
 		{query: "by=category&top=0", param: "top", inError: "1 to 100"},
 		{query: "by=category&top=101", param: "top"},
-		{query: "by=category&interval=30s", param: "interval", inError: "at least 1m"},
+		{query: "by=category&interval=30s", param: "interval", inError: "from 1m"},
 		{query: "by=category&interval=-1h", param: "interval"},
 		{query: "by=category&interval=soon", param: "interval"},
+		{query: "by=category&interval=2562047h", param: "interval", inError: "8784h"},
+		{query: "by=category&interval=8784h", check: func(t *testing.T, q activity.SummaryQuery) {
+			if q.Interval != activity.MaxRange {
+				t.Errorf("the longest interval: %v", q.Interval)
+			}
+		}},
 		{query: "by=category&interval=1m&from=-1001m", param: "interval", inError: "1001 intervals"},
 		{query: "by=category&from=now&to=-1h", param: "from"},
 		{query: "by=category&limit=5", param: "limit", inError: "unknown parameter"},
@@ -240,6 +246,11 @@ func FuzzParse(f *testing.F) {
 		if err == nil {
 			if verr := sq.Validate(); verr != nil {
 				t.Fatalf("summary: accepted an invalid query: %v", verr)
+			}
+			// The answer's buckets, as the handler lays them out.
+			b := Buckets(activity.Summary{From: sq.From, To: sq.To, Interval: sq.Interval})
+			if sq.Interval > 0 && (len(b) < 1 || len(b) > activity.MaxBuckets || !b[0].Equal(sq.From) || !b[len(b)-1].Before(sq.To)) {
+				t.Fatalf("buckets of %+v: %d", sq, len(b))
 			}
 		}
 	})

@@ -128,8 +128,7 @@ func Buckets(s activity.Summary) []time.Time {
 	if s.Interval <= 0 || !s.From.Before(s.To) {
 		return nil
 	}
-	n := int((s.To.Sub(s.From) + s.Interval - 1) / s.Interval)
-	n = min(n, activity.MaxBuckets)
+	n := int(min(intervals(s.To.Sub(s.From), s.Interval), activity.MaxBuckets))
 	out := make([]time.Time, n)
 	for i := range out {
 		out[i] = s.From.Add(time.Duration(i) * s.Interval).UTC()

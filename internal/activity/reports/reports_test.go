@@ -247,6 +247,11 @@ func TestBuckets(t *testing.T) {
 	if len(b) != 2 || !b[1].Equal(now.Add(time.Hour)) {
 		t.Fatalf("%v", b)
 	}
+	// An interval longer than the range is one bucket (and no sum of the
+	// two overflows, however long it is).
+	if b := reports.Buckets(activity.Summary{From: now, To: now.Add(time.Hour), Interval: time.Duration(1<<63 - 1)}); len(b) != 1 || !b[0].Equal(now) {
+		t.Fatalf("a long interval: %v", b)
+	}
 	if reports.Buckets(activity.Summary{From: now, To: now.Add(time.Hour)}) != nil {
 		t.Fatal("buckets without an interval")
 	}
