@@ -214,7 +214,7 @@ func (rp *Reports) summary(w http.ResponseWriter, r *http.Request) {
 	}
 	body := SummaryBody{Summary: s}
 	if q.Interval > 0 {
-		body.Interval = q.Interval.String()
+		body.Interval = s.Interval.String()
 		body.Buckets = Buckets(s)
 	}
 	if body.Rows == nil {
@@ -227,8 +227,6 @@ func (rp *Reports) summary(w http.ResponseWriter, r *http.Request) {
 var ErrNotConfigured = errors.New(NotConfigured)
 
 // Events asks the store, within the timeout; the console calls it too.
-// The answer keeps the query's range and interval (a store need not echo
-// them).
 func (rp *Reports) Events(ctx context.Context, q activity.EventQuery) (activity.EventPage, error) {
 	if rp.cfg.Reader == nil {
 		return activity.EventPage{}, ErrNotConfigured
@@ -239,6 +237,8 @@ func (rp *Reports) Events(ctx context.Context, q activity.EventQuery) (activity.
 }
 
 // Summary asks the store, within the timeout; the console calls it too.
+// The answer's By, From, To and Interval are the store's when it set
+// them (it may widen them), else the question's.
 func (rp *Reports) Summary(ctx context.Context, q activity.SummaryQuery) (activity.Summary, error) {
 	if rp.cfg.Reader == nil {
 		return activity.Summary{}, ErrNotConfigured
@@ -249,7 +249,18 @@ func (rp *Reports) Summary(ctx context.Context, q activity.SummaryQuery) (activi
 	if err != nil {
 		return s, err
 	}
-	s.By, s.From, s.To, s.Interval = q.By, q.From, q.To, q.Interval
+	// A store may widen the range and the interval to its granularity
+	// (whole hours, say) and says which it used: those are what the
+	// series count over. What it leaves unsaid is the question's.
+	if s.By == "" {
+		s.By = q.By
+	}
+	if s.From.IsZero() || s.To.IsZero() {
+		s.From, s.To = q.From, q.To
+	}
+	if s.Interval == 0 {
+		s.Interval = q.Interval
+	}
 	return s, nil
 }
 

@@ -180,6 +180,36 @@ func TestSummary(t *testing.T) {
 	}
 }
 
+// TestSummaryWidened: a store that widens the range and the interval to
+// whole hours (as the per-day store does) says so, and the buckets follow
+// what it used, not what was asked.
+func TestSummaryWidened(t *testing.T) {
+	from, to := now.Add(-150*time.Minute), now.Add(-10*time.Minute)
+	rd := &fakeReader{summary: activity.Summary{By: activity.ByReason, From: from.Truncate(time.Hour), To: to.Add(time.Hour - 1).Truncate(time.Hour),
+		Interval: time.Hour, Rows: []activity.SummaryRow{{Key: "category", Count: 3, Series: []int64{1, 1, 1}}}}}
+	base, _ := serve(t, rd)
+	status, body := get(t, base+"/org/acme/activity/summary?by=reason&from="+from.Format(time.RFC3339)+"&to="+to.Format(time.RFC3339)+"&interval=5m")
+	if status != http.StatusOK {
+		t.Fatalf("%d %s", status, body)
+	}
+	var got struct {
+		From     time.Time   `json:"from"`
+		To       time.Time   `json:"to"`
+		Interval string      `json:"interval"`
+		Buckets  []time.Time `json:"buckets"`
+	}
+	if err := json.Unmarshal(body, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Interval != "1h0m0s" || len(got.Buckets) != 3 || !got.From.Equal(now.Add(-3*time.Hour)) || !got.To.Equal(now) ||
+		!got.Buckets[0].Equal(got.From) || !got.Buckets[2].Equal(now.Add(-time.Hour)) {
+		t.Fatalf("widened summary: %s", body)
+	}
+	if q := rd.sums[0]; q.Interval != 5*time.Minute || !q.From.Equal(from) {
+		t.Fatalf("the store was asked %+v", q)
+	}
+}
+
 // TestRefusals: bad input is a 400 naming the parameter, and the store is
 // never asked.
 func TestRefusals(t *testing.T) {
