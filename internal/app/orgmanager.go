@@ -16,6 +16,7 @@ import (
 
 	"github.com/svc-pf/svc-pf/docs"
 	"github.com/svc-pf/svc-pf/internal/access"
+	"github.com/svc-pf/svc-pf/internal/activity"
 	"github.com/svc-pf/svc-pf/internal/deploy"
 	"github.com/svc-pf/svc-pf/internal/httpapi"
 	"github.com/svc-pf/svc-pf/internal/ipmapper/mapperclient"
@@ -90,6 +91,12 @@ type OrgManagerConfig struct {
 	// Console wires the web console under /ui/ (not file keys); it is
 	// mounted when Console.Auth is set.
 	Console ConsoleDeps `yaml:"-"`
+
+	// Activity is the activity store the reports and the console's
+	// Activity page read (not a file key: the caller opens the store the
+	// `activity` section names). Nil answers the reports 503, saying how
+	// to configure one.
+	Activity activity.Reader `yaml:"-"`
 }
 
 // DefaultOrgManagerConfig is what runs when the file sets nothing.
@@ -254,7 +261,7 @@ func StartOrgManager(ctx context.Context, cfg OrgManagerConfig, nc *nats.Conn, v
 		}
 		nodes = kvNodes{js: js}
 	}
-	api, err := orgmanager.New(orgmanager.Config{Store: store, Deployer: deployer, Tokens: tokens, Nodes: nodes, Logger: log})
+	api, err := orgmanager.New(orgmanager.Config{Store: store, Deployer: deployer, Tokens: tokens, Nodes: nodes, Activity: cfg.Activity, Logger: log})
 	if err != nil {
 		store.Close()
 		return nil, err

@@ -48,7 +48,9 @@ func TestBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	natstest.Background(t, ann.Run)
-	e := newEnv(t, openSQLite(t), func(c *console.Config) { c.Nodes = bucketNodes{bus.JS} })
+	// The activity store is another part's: a fake at its Reader boundary.
+	fa := newFakeActivity(time.Now().UTC())
+	e := newEnv(t, openSQLite(t), func(c *console.Config) { c.Nodes = bucketNodes{bus.JS}; c.Activity = fa })
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.NoSandbox,
 		chromedp.Flag("headless", true), chromedp.Flag("disable-gpu", true), chromedp.WindowSize(1280, 900))
@@ -161,6 +163,42 @@ func TestBrowser(t *testing.T) {
 	expect("#verdict", "allow")
 	expect(".trace", "identity")
 	shot("why")
+
+	// Activity: the blocks of the last day, the charts, a filter, and a
+	// row's "why" link.
+	run("activity", chromedp.Navigate(e.base+"/ui/orgs/acme/activity"), chromedp.WaitVisible(chromedp.CSS(`#events`)))
+	expect("#events", "ads.example.com.")
+	expect("#events", "category 3 <blocked>")
+	run("charts", chromedp.WaitVisible(chromedp.CSS(`#chart-category svg rect`)), chromedp.WaitVisible(chromedp.CSS(`#chart-subscriber svg`)),
+		chromedp.WaitVisible(chromedp.CSS(`#chart-reason svg`)))
+	expect("#chart-subscriber", "alice: 40")
+	shot("activity")
+	run("filter", chromedp.SendKeys(chromedp.CSS(`#ip`), "not-an-ip"))
+	submit("filter", `#filters`)
+	expect("#ip-error", "want an address")
+	run("filter again", chromedp.Navigate(e.base+"/ui/orgs/acme/activity"), chromedp.WaitVisible(chromedp.CSS(`#events`)),
+		chromedp.SendKeys(chromedp.CSS(`#qname`), "example.net"))
+	submit("filter by name", `#filters`)
+	// The form's answer is a new request to the store, with the name as
+	// the reports' parser writes it and the verdict the form kept.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		last := fa.lastEvents()
+		if last.QName == "example.net." && last.Verdict == "block" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the form asked %+v", last)
+		}
+	}
+	expect("h2", "Events from")
+	run("why link", chromedp.Navigate(e.base+"/ui/orgs/acme/activity"), chromedp.WaitVisible(chromedp.CSS(`#events a.why`)),
+		chromedp.Click(`#events a.why`))
+	expect("h1", "Why")
+	expect("#verdict", "allow")
+	run("why prefilled", chromedp.WaitVisible(chromedp.CSS(`#domain`)))
+	if got, err := chromedp.Run(ctx, chromedp.Value(chromedp.CSS(`#domain`))); err != nil || got != "ads.example.com" {
+		t.Fatalf("why page's domain %q (%v)", got, err)
+	}
 
 	run("nodes", chromedp.Navigate(e.base+"/ui/nodes"), chromedp.WaitVisible(chromedp.CSS(`h1`)))
 	expect("#nodes", "dns1-resolver")

@@ -26,6 +26,8 @@ import (
 	"time"
 
 	"github.com/svc-pf/svc-pf/internal/access"
+	"github.com/svc-pf/svc-pf/internal/activity"
+	"github.com/svc-pf/svc-pf/internal/activity/reports"
 	"github.com/svc-pf/svc-pf/internal/httpapi"
 	"github.com/svc-pf/svc-pf/internal/ipmapper/mapperclient"
 	"github.com/svc-pf/svc-pf/internal/orgmanager"
@@ -130,6 +132,9 @@ type Config struct {
 	Sessions  Sessions
 	// Nodes lights up the Nodes page (admin only).
 	Nodes Nodes
+	// Activity is the activity store the Activity page reads, through
+	// the REST reports' parser; nil shows how to configure one.
+	Activity activity.Reader
 	// SignInGuard, when set, wraps the sign-in POST: the access layer's
 	// limit on repeated failures from one address (a bad token is
 	// answered 401, as by the API's middleware).
@@ -151,6 +156,7 @@ type Console struct {
 	sessions *sessionStore
 	pages    map[string]*template.Template
 	static   fs.FS
+	reports  *reports.Reports
 }
 
 //go:embed templates/*.html
@@ -188,8 +194,12 @@ func New(cfg Config) (*Console, error) {
 		return nil, err
 	}
 	static, _ := fs.Sub(staticFS, "static")
+	rp, err := reports.New(reports.Config{Reader: cfg.Activity, Logger: log, Clock: cfg.Clock})
+	if err != nil {
+		return nil, err
+	}
 	return &Console{cfg: cfg, log: log, sessions: newSessionStore(cfg.SessionTTL, cfg.MaxSessions, cfg.Clock),
-		pages: pages, static: static}, nil
+		pages: pages, static: static, reports: rp}, nil
 }
 
 // Prefix is where the console is mounted.
@@ -226,6 +236,7 @@ func (c *Console) Register(r *httpapi.Router) {
 	r.Handle(get, "/ui/orgs/{org}/why", c.orgPage(c.whyPage))
 	r.Handle(get, "/ui/orgs/{org}/sessions", c.orgPage(c.sessionsPage))
 	r.Handle(get, "/ui/orgs/{org}/audit", c.orgPage(c.orgAuditPage))
+	r.Handle(get, "/ui/orgs/{org}/activity", c.orgPage(c.activityPage))
 	r.Handle(get, "/ui/tokens", c.signed(c.tokensPage))
 	r.Handle(post, "/ui/tokens", c.signed(c.tokenCreate))
 	r.Handle(post, "/ui/tokens/revoke", c.signed(c.tokenRevoke))

@@ -102,7 +102,9 @@ func newHarnessConfig(t testing.TB, cfg deploy.Config, tune ...func(*Config)) *h
 	if err != nil {
 		t.Fatal(err)
 	}
-	acfg := Config{Store: store, Deployer: notes, Tokens: tokens}
+	// An empty activity store, so that the reports answer like every
+	// other endpoint (TestActivityWithoutStore takes it away).
+	acfg := Config{Store: store, Deployer: notes, Tokens: tokens, Activity: emptyActivity{}}
 	for _, f := range tune {
 		f(&acfg)
 	}

@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/svc-pf/svc-pf/internal/activity"
+	"github.com/svc-pf/svc-pf/internal/activity/reports"
 	"github.com/svc-pf/svc-pf/internal/cidr"
 	"github.com/svc-pf/svc-pf/internal/deploy"
 	"github.com/svc-pf/svc-pf/internal/httpapi"
@@ -77,17 +79,21 @@ type Config struct {
 	// puts on the router with Protected and Authorize.
 	Tokens TokenService
 	// Nodes serves GET /nodes; nil answers it 503 (no NATS).
-	Nodes  NodeLister
-	Logger *slog.Logger
+	Nodes NodeLister
+	// Activity answers the activity reports (GET /org/{org}/activity…);
+	// nil answers them 503, saying how to configure the store.
+	Activity activity.Reader
+	Logger   *slog.Logger
 }
 
 // API serves the organisation API and its settings endpoints: each
 // handler decodes its request, calls one of the Ops and writes the answer.
 type API struct {
-	ops    *Ops
-	tokens TokenService
-	nodes  NodeLister
-	log    *slog.Logger
+	ops     *Ops
+	tokens  TokenService
+	nodes   NodeLister
+	reports *reports.Reports
+	log     *slog.Logger
 }
 
 // New returns the API; Register mounts it.
@@ -99,7 +105,11 @@ func New(cfg Config) (*API, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &API{ops: &Ops{store: cfg.Store, deploy: cfg.Deployer}, tokens: cfg.Tokens, nodes: cfg.Nodes, log: log}, nil
+	rp, err := reports.New(reports.Config{Reader: cfg.Activity, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	return &API{ops: &Ops{store: cfg.Store, deploy: cfg.Deployer}, tokens: cfg.Tokens, nodes: cfg.Nodes, reports: rp, log: log}, nil
 }
 
 // Ops returns the operations the handlers call, for the console.
@@ -122,6 +132,7 @@ func (a *API) Register(r *httpapi.Router) {
 	r.Handle(http.MethodGet, "/org/{org}/effective-ranges", a.org(a.effectiveRanges))
 	a.registerSettings(r)
 	a.registerListing(r)
+	a.reports.Register(r)
 	r.Handle(http.MethodGet, "/nodes", a.listNodes)
 	if a.tokens != nil {
 		a.registerTokens(r)
