@@ -136,6 +136,9 @@ func (c *AllConfig) Validate() error {
 	if c.Resolver.Node != (AnnounceConfig{}) || c.Simulator.Node != (AnnounceConfig{}) {
 		errs = append(errs, errors.New("resolver.node, simulator.node: under svc-pf all the one node announces itself; set node.name and node.heartbeat instead"))
 	}
+	if c.OrgManager.Activity.Store.URL != "" {
+		errs = append(errs, errors.New("orgmanager.activity.store: under svc-pf all the reports read the collector's store (activity.store.url at the top level)"))
+	}
 	errs = append(errs, c.Node.AnnounceConfig.validate())
 	if c.Simulator.Region != "" {
 		errs = append(errs, errors.New("simulator.region: under svc-pf all the region is set at the top level (region:)"))
@@ -257,6 +260,16 @@ func StartAll(ctx context.Context, cfg AllConfig, v Version, log *slog.Logger) (
 	if err != nil {
 		return fail(err)
 	}
+	// The collector first: the orgmanager's reports and console read its
+	// store.
+	ncActivity, err := connect("", "svc-pf activity")
+	if err != nil {
+		return fail(err)
+	}
+	if a.Activity, err = StartActivity(ctx, ActivityConfig{DataDir: cfg.DataDir, Activity: cfg.Activity}, ncActivity, v, log); err != nil {
+		return fail(err)
+	}
+	cfg.OrgManager.ActivityReader = a.Activity.Store
 	// The console's "why" and feeds pages ask this process's simulator.
 	cfg.OrgManager.Console.Simulator = inProcessSimulator{all: a}
 	// The orgmanager first: the IP Mapper verifies its tokens. Neither
@@ -307,13 +320,6 @@ func StartAll(ctx context.Context, cfg AllConfig, v Version, log *slog.Logger) (
 		return fail(err)
 	}
 	log.Info("simulator NATS enabled", "url", redactURL(ncSim.ConnectedUrlRedacted()))
-	ncActivity, err := connect("", "svc-pf activity")
-	if err != nil {
-		return fail(err)
-	}
-	if a.Activity, err = StartActivity(ctx, ActivityConfig{DataDir: cfg.DataDir, Activity: cfg.Activity}, ncActivity, v, log); err != nil {
-		return fail(err)
-	}
 	// The node listener's /health says when the collector cannot store.
 	a.Node.activity = a.Activity.Collector.Health
 	if a.announcer, err = newAnnouncer(cfg.Node.AnnounceConfig, "all", []string{"resolver", "simulator"}, n, ncNode, v, nodeLog); err != nil {

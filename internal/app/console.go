@@ -112,7 +112,7 @@ func newConsole(cfg OrgManagerConfig, api *orgmanager.API, store *orgstore.Store
 	mapper *mapperclient.Client, nodes orgmanager.NodeLister, log *slog.Logger) (*console.Console, error) {
 	cc := console.Config{Ops: api.Ops(), Auth: cfg.Console.Auth, Orgs: storeOrgs{store: store},
 		Tokens: cfg.Console.Tokens, Audit: cfg.Console.Audit, AuditLog: cfg.Console.AuditLog,
-		SignInGuard: cfg.Console.SignInGuard, Activity: cfg.Activity, Logger: log}
+		SignInGuard: cfg.Console.SignInGuard, Activity: cfg.ActivityReader, Logger: log}
 	if nc != nil {
 		cc.Simulator = natsSimulator{nc: nc, key: cfg.Console.SimulatorAPIKey, timeout: 10 * time.Second}
 		cc.Sessions = mapper

@@ -17,6 +17,7 @@ import (
 	"github.com/svc-pf/svc-pf/docs"
 	"github.com/svc-pf/svc-pf/internal/access"
 	"github.com/svc-pf/svc-pf/internal/activity"
+	"github.com/svc-pf/svc-pf/internal/activity/store"
 	"github.com/svc-pf/svc-pf/internal/deploy"
 	"github.com/svc-pf/svc-pf/internal/httpapi"
 	"github.com/svc-pf/svc-pf/internal/ipmapper/mapperclient"
@@ -92,11 +93,27 @@ type OrgManagerConfig struct {
 	// mounted when Console.Auth is set.
 	Console ConsoleDeps `yaml:"-"`
 
-	// Activity is the activity store the reports and the console's
-	// Activity page read (not a file key: the caller opens the store the
-	// `activity` section names). Nil answers the reports 503, saying how
-	// to configure one.
-	Activity activity.Reader `yaml:"-"`
+	// Activity names the store the reports and the console's Activity
+	// page read, standalone (under `svc-pf all` the top-level activity
+	// section's store is read, and this one must stay unset).
+	Activity OrgActivityConfig `yaml:"activity"`
+
+	// ActivityReader is the activity store, opened by the caller (not a
+	// file key): `svc-pf all` hands its collector's store; the standalone
+	// orgmanager opens activity.store.url read-only. Nil answers the
+	// reports 503, saying how to configure one.
+	ActivityReader activity.Reader `yaml:"-"`
+}
+
+// OrgActivityConfig is the standalone orgmanager's `activity` section.
+type OrgActivityConfig struct {
+	// Store is the collector's store: dir:/path (the day files, read
+	// only; on the collector's machine) or postgres://…. Empty: no
+	// reports (they answer 503).
+	Store activity.StoreConfig `yaml:"store"`
+	// Retention is the collector's activity.retention (default 720h): the
+	// reports read nothing older, even before the collector's next drop.
+	Retention time.Duration `yaml:"retention"`
 }
 
 // DefaultOrgManagerConfig is what runs when the file sets nothing.
@@ -116,7 +133,8 @@ func DefaultOrgManagerConfig() OrgManagerConfig {
 			PublishTimeout:       30 * time.Second,
 			MaxDirtyAge:          5 * time.Minute,
 		},
-		Auth: AuthConfig{Mode: AuthTokens, BootstrapTokenFile: defaultDataDir + "/admin.token"},
+		Auth:     AuthConfig{Mode: AuthTokens, BootstrapTokenFile: defaultDataDir + "/admin.token"},
+		Activity: OrgActivityConfig{Retention: activity.DefaultConfig().Retention},
 	}
 }
 
@@ -150,6 +168,14 @@ func (c *OrgManagerConfig) Validate() error {
 	}
 	if d.RetryMax < d.RetryMin {
 		errs = append(errs, errors.New("deploy.retry_max must not be below deploy.retry_min"))
+	}
+	if u := c.Activity.Store.URL; u != "" {
+		if _, err := store.ParseURL(u, ""); err != nil {
+			errs = append(errs, fmt.Errorf("activity.store.url: %w", err))
+		}
+	}
+	if c.Activity.Retention < 0 {
+		errs = append(errs, errors.New("activity.retention must not be negative"))
 	}
 	if c.Audit.Retention < 0 {
 		errs = append(errs, errors.New("audit.retention must not be negative (0 keeps the audit for good)"))
@@ -261,7 +287,7 @@ func StartOrgManager(ctx context.Context, cfg OrgManagerConfig, nc *nats.Conn, v
 		}
 		nodes = kvNodes{js: js}
 	}
-	api, err := orgmanager.New(orgmanager.Config{Store: store, Deployer: deployer, Tokens: tokens, Nodes: nodes, Activity: cfg.Activity, Logger: log})
+	api, err := orgmanager.New(orgmanager.Config{Store: store, Deployer: deployer, Tokens: tokens, Nodes: nodes, Activity: cfg.ActivityReader, Logger: log})
 	if err != nil {
 		store.Close()
 		return nil, err
@@ -382,6 +408,16 @@ func RunOrgManager(ctx context.Context, cfg OrgManagerConfig, v Version, log *sl
 		}
 		defer nc.Close()
 	}
+	if cfg.ActivityReader == nil {
+		st, err := openActivityReader(ctx, cfg.Activity)
+		if err != nil {
+			return err
+		}
+		if st != nil {
+			defer st.Close()
+			cfg.ActivityReader = st
+		}
+	}
 	om, err := StartOrgManager(ctx, cfg, nc, v, log)
 	if err != nil {
 		return err
@@ -391,6 +427,22 @@ func RunOrgManager(ctx context.Context, cfg OrgManagerConfig, v Version, log *sl
 	}
 	log.Info("svc-pf orgmanager stopped")
 	return nil
+}
+
+// openActivityReader opens the store the standalone orgmanager's reports
+// read, read only: the collector writes it (and drops its old days); nil
+// when activity.store.url is unset.
+func openActivityReader(ctx context.Context, c OrgActivityConfig) (*store.Store, error) {
+	if c.Store.URL == "" {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	st, err := store.Open(ctx, store.Config{URL: c.Store.URL, Retention: c.Retention, ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("activity.store.url: %w", err)
+	}
+	return st, nil
 }
 
 // orgManagerReady is the orgmanager's /health: 503 with the first reason
