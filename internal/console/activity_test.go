@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/svc-pf/svc-pf/internal/activity"
+	"github.com/svc-pf/svc-pf/internal/activity/store"
 	"github.com/svc-pf/svc-pf/internal/console"
 )
 
@@ -94,6 +95,27 @@ func (f *fakeActivity) Summary(_ context.Context, q activity.SummaryQuery) (acti
 		rows = []activity.SummaryRow{{Key: "category", Count: 40, Series: series(2)}, {Key: "default", Count: 20, Series: series(1)}}
 	}
 	return activity.Summary{Total: 60, Blocked: 40, Other: 3, Rows: rows}, nil
+}
+
+// storedActivity writes the fake's events, and 37 plain allows of
+// alice's, into a real store (day files under a test directory), as the
+// collector would: what the browser test reads.
+func storedActivity(t *testing.T, now time.Time) activity.Reader {
+	t.Helper()
+	st, err := store.Open(context.Background(), store.Config{URL: "dir:" + t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	b := activity.Batch{Node: "dns1", Boot: 1, Seq: 1, Counts: []activity.Count{{Start: now.Truncate(time.Minute), Seconds: 60,
+		Org: "acme", SessionID: "s-alice", Username: "alice", Reason: "default", N: 37}}}
+	for _, e := range newFakeActivity(now).all {
+		b.Events = append(b.Events, e.Event)
+	}
+	if err := st.Write(context.Background(), &b); err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
 
 var whyLink = regexp.MustCompile(`<a class="why" href="([^"]+)"`)
