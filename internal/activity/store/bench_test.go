@@ -60,6 +60,10 @@ func realisticBatches(n int, yield func(*activity.Batch) error) error {
 	return nil
 }
 
+// benchGroup is how many messages one WriteBatches takes: the collector's
+// default Fetch.
+const benchGroup = 64
+
 // BenchmarkStore writes benchEvents events (one batch of 1000 per message,
 // 8 messages per transaction, as the collector groups them), then times
 // the reports: a summary by domain over the day, and the first page of
@@ -86,7 +90,7 @@ func BenchmarkStore(b *testing.B) {
 			var group []*activity.Batch
 			err = realisticBatches(n, func(bt *activity.Batch) error {
 				group = append(group, bt)
-				if len(group) == 8 {
+				if len(group) == benchGroup {
 					_, err := s.WriteBatches(ctx, group)
 					group = group[:0]
 					return err

@@ -424,20 +424,32 @@ func firstCategory(c []uint16) int64 {
 
 // rollKey is one counter of the summaries.
 type rollKey struct {
-	org      string
-	dim      int
-	h        int
-	key      int64
-	blocked_ bool
+	org string
+	dim int
+	h   int
+	key int64
 }
 
+// rollNB is a counter's count and blocked count.
+type rollNB struct{ n, b int64 }
+
 // rollup adds up a day's counters before they are written.
-type rollup map[rollKey]int64
+type rollup map[rollKey]*rollNB
 
 // add counts n under the hour h and the whole day (24).
 func (r rollup) add(org string, dim int, h int, key int64, n int64, isBlocked bool) {
-	r[rollKey{org, dim, h, key, isBlocked}] += n
-	r[rollKey{org, dim, 24, key, isBlocked}] += n
+	for _, hh := range [2]int{h, 24} {
+		k := rollKey{org, dim, hh, key}
+		c := r[k]
+		if c == nil {
+			c = &rollNB{}
+			r[k] = c
+		}
+		c.n += n
+		if isBlocked {
+			c.b += n
+		}
+	}
 }
 
 // rollRow is one counter row to upsert.
@@ -452,22 +464,11 @@ type rollRow struct {
 // collectors upserting into one PostgreSQL take their row locks in one
 // order and cannot deadlock.
 func (r rollup) rows() []rollRow {
-	m := map[[4]string]*rollRow{}
-	var out []*rollRow
-	for k, n := range r {
-		id := [4]string{k.org, strconv.Itoa(k.dim), strconv.Itoa(k.h), strconv.FormatInt(k.key, 10)}
-		row := m[id]
-		if row == nil {
-			row = &rollRow{org: k.org, dim: k.dim, h: k.h, key: k.key}
-			m[id] = row
-			out = append(out, row)
-		}
-		row.n += n
-		if k.blocked_ {
-			row.b += n
-		}
+	out := make([]rollRow, 0, len(r))
+	for k, c := range r {
+		out = append(out, rollRow{org: k.org, dim: k.dim, h: k.h, key: k.key, n: c.n, b: c.b})
 	}
-	slices.SortFunc(out, func(a, b *rollRow) int {
+	slices.SortFunc(out, func(a, b rollRow) int {
 		if c := strings.Compare(a.org, b.org); c != 0 {
 			return c
 		}
@@ -479,11 +480,7 @@ func (r rollup) rows() []rollRow {
 		}
 		return int(min(max(a.key-b.key, -1), 1))
 	})
-	res := make([]rollRow, len(out))
-	for i, r := range out {
-		res[i] = *r
-	}
-	return res
+	return out
 }
 
 // hourOf is t's hour within its UTC day.
