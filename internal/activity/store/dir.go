@@ -115,7 +115,7 @@ type dayFile struct {
 
 	st struct {
 		applied, event, events, roll, rolls, maxID *sql.Stmt
-		sub, who, name, dec, what, reason   *sql.Stmt
+		sub, who, name, dec, what, reason          *sql.Stmt
 	}
 }
 

@@ -1,10 +1,12 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -266,22 +268,21 @@ func (p *pgStore) writeDay(ctx context.Context, conn *pgx.Conn, w dayWork) (int,
 		return 0, err
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	var rows [][]any
+	fresh, err := pgApplied(ctx, tx, w)
+	if err != nil {
+		return 0, err
+	}
+	var rows []pgEventRow
 	r := rollup{}
-	for _, pt := range w.parts {
-		tag, err := tx.Exec(ctx, `INSERT INTO activity_applied (day, node, boot, seq) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`,
-			w.day, pt.id.node, int64(pt.id.boot), int64(pt.id.seq))
-		if err != nil {
-			return 0, err
-		}
-		if tag.RowsAffected() == 0 {
-			continue
+	for i, pt := range w.parts {
+		if !fresh[i] {
+			continue // stored before
 		}
 		for _, e := range pt.events {
 			sub := p.subs[subOfEvent(e)]
 			name := p.names[e.QName]
-			rows = append(rows, []any{e.Time.UnixMilli(), p.whos[whoKey{sub, e.Client, e.Policy}], name, p.decs[decOf(e)],
-				p.whats[whatKey{catsString(e.Categories), e.Rule}], int64(e.LatencyUS)})
+			rows = append(rows, pgEventRow{e.Time.UnixMilli(), int32(p.whos[whoKey{sub, e.Client, e.Policy}]), int32(name), int32(p.decs[decOf(e)]),
+				int32(p.whats[whatKey{catsString(e.Categories), e.Rule}]), int32(min(e.LatencyUS, 1<<31-1))})
 			h, b := hourOf(e.Time), blocked(e.Verdict)
 			r.add(e.Org, dimDomain, h, name, 1, b)
 			if !e.Sampled {
@@ -299,7 +300,10 @@ func (p *pgStore) writeDay(ctx context.Context, conn *pgx.Conn, w dayWork) (int,
 	}
 	if len(rows) > 0 {
 		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"activity_events"}, []string{"t", "who", "name", "dec", "what", "lat"},
-			pgx.CopyFromRows(rows)); err != nil {
+			pgx.CopyFromSlice(len(rows), func(i int) ([]any, error) {
+				x := &rows[i]
+				return []any{x.t, x.who, x.name, x.dec, x.what, x.lat}, nil
+			})); err != nil {
 			return 0, err
 		}
 	}
@@ -322,6 +326,66 @@ func (p *pgStore) writeDay(ctx context.Context, conn *pgx.Conn, w dayWork) (int,
 		return 0, err
 	}
 	return len(rows), nil
+}
+
+// pgEventRow is one event as copied into activity_events.
+type pgEventRow struct {
+	t                         int64
+	who, name, dec, what, lat int32
+}
+
+// pgApplied records the day's parts as applied, in one statement, and says
+// which are new (fresh[i] for w.parts[i]); a part whose batch was stored
+// before, or that repeats an earlier part's batch, is not. The ids go in
+// sorted so that two collectors wait on each other's rows in one order.
+func pgApplied(ctx context.Context, tx pgx.Tx, w dayWork) ([]bool, error) {
+	ids := make([]batchID, 0, len(w.parts))
+	for _, pt := range w.parts {
+		ids = append(ids, pt.id)
+	}
+	slices.SortFunc(ids, func(a, b batchID) int {
+		if c := strings.Compare(a.node, b.node); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.boot, b.boot); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.seq, b.seq)
+	})
+	ids = slices.Compact(ids)
+	nodes, boots, seqs := make([]string, len(ids)), make([]int64, len(ids)), make([]int64, len(ids))
+	for i, id := range ids {
+		nodes[i], boots[i], seqs[i] = id.node, int64(id.boot), int64(id.seq)
+	}
+	rows, err := tx.Query(ctx, `INSERT INTO activity_applied (day, node, boot, seq)
+		SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::bigint[]) ON CONFLICT DO NOTHING RETURNING node, boot, seq`,
+		w.day, nodes, boots, seqs)
+	if err != nil {
+		return nil, err
+	}
+	inserted := map[batchID]bool{}
+	for rows.Next() {
+		var id batchID
+		var boot, seq int64
+		if err := rows.Scan(&id.node, &boot, &seq); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		id.boot, id.seq = uint64(boot), uint64(seq)
+		inserted[id] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	fresh := make([]bool, len(w.parts))
+	for i, pt := range w.parts {
+		if inserted[pt.id] {
+			fresh[i] = true
+			delete(inserted, pt.id) // a second part of one batch is a repeat
+		}
+	}
+	return fresh, nil
 }
 
 func (p *pgStore) dropBefore(ctx context.Context, day int32) (int, error) {
