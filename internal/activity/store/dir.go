@@ -924,6 +924,61 @@ func (d *dirStore) summary(ctx context.Context, q activity.SummaryQuery, spans [
 	dim := dimOf(q.By)
 	cols, join := keyCols(dim)
 	join = strings.ReplaceAll(join, "$T", "")
+	var sum activity.Summary
+	var keys []sumKey
+	var err error
+	if len(spans) == 1 {
+		// One day: its counters by id, the text of the top ones only.
+		sp := spans[0]
+		err = d.readDay(ctx, sp.day, func(tx *sql.Tx) error {
+			c := newIDCounts()
+			if err := readRoll(ctx, tx, `SELECT key, n, b FROM roll WHERE org = ? AND dim = ? AND h >= ? AND h < ?`,
+				c, q.Org, dim, sp); err != nil {
+				return err
+			}
+			sum, keys, err = topSummary(ctx, tx, "", dim, c, q.Top)
+			return err
+		})
+		if err != nil {
+			return activity.Summary{}, fmt.Errorf("activity store: reading %s: %w", d.path(sp.day), err)
+		}
+	} else {
+		sum, keys, err = d.summaryDays(ctx, q, spans, dim, cols, join)
+		if err != nil {
+			return activity.Summary{}, err
+		}
+	}
+	if interval == 0 || len(keys) == 0 {
+		return sum, nil
+	}
+	return d.series(ctx, q, spans, interval, dim, cols, join, sum, keys)
+}
+
+// readRoll adds the counter rows q reads (key, n, b; its arguments org,
+// dim, then the hours) to c. The whole day is its h = 24 row.
+func readRoll(ctx context.Context, tx querier, q string, c *idCounts, org string, dim int, sp daySpan) error {
+	h0, h1 := sp.h0, min(sp.h1, 24)
+	if h0 == 0 && h1 == 24 {
+		h0, h1 = 24, 25
+	}
+	rows, err := tx.QueryContext(ctx, q, org, dim, h0, h1)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k, n, b int64
+		if err := rows.Scan(&k, &n, &b); err != nil {
+			return err
+		}
+		c.add(k, n, b)
+	}
+	return rows.Err()
+}
+
+// summaryDays answers a summary over several day files: each file has
+// its own ids, so the counters are added up by their text.
+func (d *dirStore) summaryDays(ctx context.Context, q activity.SummaryQuery, spans []daySpan, dim int, cols, join string) (activity.Summary, []sumKey, error) {
 	acc := newSumAcc()
 	for _, sp := range spans {
 		hcond := `r.h >= ? AND r.h < ? AND r.h < 24`
@@ -949,13 +1004,16 @@ func (d *dirStore) summary(ctx context.Context, q activity.SummaryQuery, spans [
 			return rows.Err()
 		})
 		if err != nil {
-			return activity.Summary{}, fmt.Errorf("activity store: reading %s: %w", d.path(sp.day), err)
+			return activity.Summary{}, nil, fmt.Errorf("activity store: reading %s: %w", d.path(sp.day), err)
 		}
 	}
 	sum, keys := acc.top(q.Top)
-	if interval == 0 || len(keys) == 0 {
-		return sum, nil
-	}
+	return sum, keys, nil
+}
+
+// series fills the top rows' counts per interval.
+func (d *dirStore) series(ctx context.Context, q activity.SummaryQuery, spans []daySpan, interval time.Duration, dim int, cols, join string,
+	sum activity.Summary, keys []sumKey) (activity.Summary, error) {
 	buckets := int((q.To.Sub(q.From) + interval - 1) / interval)
 	idx := map[sumKey]int{}
 	for i, k := range keys {

@@ -529,34 +529,19 @@ func (p *pgStore) summary(ctx context.Context, q activity.SummaryQuery, spans []
 	dim := dimOf(q.By)
 	cols, join := keyCols(dim)
 	join = strings.ReplaceAll(join, "$T", "activity_")
-	acc := newSumAcc()
+	// The dictionaries are shared by every day: the counters add up by id
+	// across days, and only the top ones' text is read.
+	c := newIDCounts()
 	for _, sp := range spans {
-		hcond := `r.h >= $4 AND r.h < $5 AND r.h < 24`
-		h0, h1 := sp.h0, sp.h1
-		if h0 == 0 && h1 == 24 {
-			hcond, h0, h1 = `r.h = $4 AND r.h = $5 + 24`, 24, 0
-		}
-		rows, err := p.db.QueryContext(ctx, `SELECT `+cols+`, sum(r.n), sum(r.b) FROM activity_roll r `+join+`
-			WHERE r.day = $1 AND r.org = $2 AND r.dim = $3 AND `+hcond+` GROUP BY `+strings.TrimSuffix(cols, ", '', '', ''"),
-			sp.day, q.Org, dim, h0, h1)
-		if err != nil {
-			return activity.Summary{}, err
-		}
-		for rows.Next() {
-			var k sumKey
-			var n, b int64
-			if err := rows.Scan(&k.key, &k.user, &k.device, &k.location, &n, &b); err != nil {
-				rows.Close()
-				return activity.Summary{}, err
-			}
-			acc.add(k, n, b)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+		if err := readRoll(ctx, p.db, fmt.Sprintf(`SELECT key, n, b FROM activity_roll WHERE day = %d AND org = $1 AND dim = $2 AND h >= $3 AND h < $4`, sp.day),
+			c, q.Org, dim, sp); err != nil {
 			return activity.Summary{}, err
 		}
 	}
-	sum, keys := acc.top(q.Top)
+	sum, keys, err := topSummary(ctx, p.db, "activity_", dim, c, q.Top)
+	if err != nil {
+		return activity.Summary{}, err
+	}
 	if interval == 0 || len(keys) == 0 {
 		return sum, nil
 	}

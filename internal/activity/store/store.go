@@ -17,6 +17,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -529,4 +530,110 @@ func matchQName(q, name string) bool {
 		return true
 	}
 	return name == q || (strings.HasSuffix(name, q) && len(name) > len(q) && name[len(name)-len(q)-1] == '.')
+}
+
+// idCounts is a summary's counters by dictionary id (or category code),
+// added up over the hours and days asked for.
+type idCounts struct {
+	m              map[int64]*rollNB
+	total, blocked int64
+}
+
+func newIDCounts() *idCounts { return &idCounts{m: map[int64]*rollNB{}} }
+
+func (c *idCounts) add(key, n, b int64) {
+	x := c.m[key]
+	if x == nil {
+		x = &rollNB{}
+		c.m[key] = x
+	}
+	x.n += n
+	x.b += b
+	c.total += n
+	c.blocked += b
+}
+
+// candidates are the keys that may be in the top n: every key counted at
+// least as often as the n-th largest. Only these need their text read
+// (ties at the edge are broken by it): a summary over 50 000 names reads
+// the names of ten or so, not of all.
+func (c *idCounts) candidates(n int) []int64 {
+	counts := make([]int64, 0, len(c.m))
+	for _, x := range c.m {
+		counts = append(counts, x.n)
+	}
+	threshold := int64(0)
+	if len(counts) > n {
+		slices.SortFunc(counts, func(a, b int64) int { return cmp.Compare(b, a) })
+		threshold = counts[n-1]
+	}
+	var out []int64
+	for k, x := range c.m {
+		if x.n >= threshold {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// dictSQL is, per dimension, the query that reads the text of a counter's
+// key ids (tables prefixed by $T); "" for category, whose key is the code.
+func dictSQL(dim int) string {
+	switch dim {
+	case dimDomain:
+		return `SELECT id, name, '', '', '' FROM $Tnames WHERE id IN `
+	case dimSubscriber:
+		return `SELECT id, session_id, username, deviceid, location FROM $Tsubs WHERE id IN `
+	case dimReason:
+		return `SELECT id, reason, '', '', '' FROM $Treasons WHERE id IN `
+	}
+	return ""
+}
+
+// topSummary turns counters by id into the summary's top rows, reading the
+// text of the candidates only.
+func topSummary(ctx context.Context, tx querier, prefix string, dim int, c *idCounts, top int) (activity.Summary, []sumKey, error) {
+	cands := c.candidates(top)
+	keys := map[int64]sumKey{}
+	if q := dictSQL(dim); q == "" {
+		for _, id := range cands {
+			keys[id] = sumKey{key: strconv.FormatInt(id, 10)}
+		}
+	} else if len(cands) > 0 {
+		set := make(map[int64]bool, len(cands))
+		for _, id := range cands {
+			set[id] = true
+		}
+		list, _ := inList(set)
+		rows, err := tx.QueryContext(ctx, strings.ReplaceAll(q, "$T", prefix)+list)
+		if err != nil {
+			return activity.Summary{}, nil, err
+		}
+		for rows.Next() {
+			var id int64
+			var k sumKey
+			if err := rows.Scan(&id, &k.key, &k.user, &k.device, &k.location); err != nil {
+				rows.Close()
+				return activity.Summary{}, nil, err
+			}
+			keys[id] = k
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return activity.Summary{}, nil, err
+		}
+	}
+	acc := newSumAcc()
+	for _, id := range cands {
+		k, ok := keys[id]
+		if !ok {
+			continue // no dictionary row (never written so): counted in Other
+		}
+		x := c.m[id]
+		acc.add(k, x.n, x.b)
+	}
+	acc.total, acc.blockd = c.total, c.blocked
+	sum, sk := acc.top(top)
+	return sum, sk, nil
 }
