@@ -480,6 +480,56 @@ func (p *pgStore) events(ctx context.Context, q activity.EventQuery, _ []int32) 
 		args = append(args, qn, "%."+likeEscape(qn))
 	}
 	n := len(args)
+	need := q.Limit + 1
+	var evs []evRow
+	if len(whos) > mergeMaxSources {
+		// Many subscribers: the events in time order, by windows (the BRIN
+		// index on t finds a window's pages).
+		scan, err := conn.PrepareContext(ctx, fmt.Sprintf(`SELECT t, id, who, name, dec, what, lat FROM activity_events
+			WHERE t >= $%d AND (t, id) < ($%d, $%d) AND who = ANY($%d::integer[]) %s ORDER BY t DESC, id DESC LIMIT $%d`,
+			n+1, n+2, n+3, n+4, where, n+5))
+		if err != nil {
+			return page, err
+		}
+		defer scan.Close()
+		first := true
+		fetch := func(a, b int64, limit int) ([]evRow, error) {
+			id := int64(-1) // below every id: all of t < b
+			if first {
+				b, id, first = topT, topID, false
+			}
+			rows, err := scan.QueryContext(ctx, append(slices.Clip(args), a, b, id, whos, limit)...)
+			if err != nil {
+				return nil, err
+			}
+			defer rows.Close()
+			var out []evRow
+			for rows.Next() {
+				var r evRow
+				if err := rows.Scan(&r.t, &r.id, &r.who, &r.name, &r.dec, &r.what, &r.lat); err != nil {
+					return nil, err
+				}
+				out = append(out, r)
+			}
+			return out, rows.Err()
+		}
+		hiT := topT
+		if topID >= 0 {
+			hiT = topT + 1 // the cursor's millisecond is in the first window
+		}
+		var reached int64
+		evs, reached, err = scanWindows(fetch, lo, hiT, scanFirstMs, scanBudgetMs, need)
+		if err != nil {
+			return page, err
+		}
+		need -= len(evs)
+		if reached < hiT {
+			topT, topID = reached, -1
+		}
+		if need == 0 || lo >= topT {
+			return p.finishPage(ctx, conn, q, evs)
+		}
+	}
 	stmt, err := conn.PrepareContext(ctx, fmt.Sprintf(`SELECT t, id, name, dec, what, lat FROM activity_events
 		WHERE who = $%d AND t >= $%d AND (t, id) < ($%d, $%d) %s ORDER BY t DESC, id DESC LIMIT $%d`, n+1, n+2, n+3, n+4, where, n+5))
 	if err != nil {
@@ -508,9 +558,19 @@ func (p *pgStore) events(ctx context.Context, q activity.EventQuery, _ []int32) 
 			return out, rows.Err()
 		}
 	}
-	evs, err := mergeNewest(sources, q.Limit+1)
-	if err != nil || len(evs) == 0 {
+	merged, err := mergeNewest(sources, need)
+	if err != nil {
 		return page, err
+	}
+	return p.finishPage(ctx, conn, q, append(evs, merged...))
+}
+
+// finishPage resolves a page's rows and cuts it, with the cursor of its
+// last event when more follow.
+func (p *pgStore) finishPage(ctx context.Context, conn *sql.Conn, q activity.EventQuery, evs []evRow) (activity.EventPage, error) {
+	var page activity.EventPage
+	if len(evs) == 0 {
+		return page, nil
 	}
 	out, err := resolveEvents(ctx, conn, evs, "activity_", func(r evRow) int64 { return r.id })
 	if err != nil {
