@@ -121,6 +121,7 @@ func BenchmarkStore(b *testing.B) {
 				for _, suf := range []string{"", "-wal"} {
 					if fi, err := os.Stat(filepath.Join(dir, "2026-11-28.db"+suf)); err == nil {
 						size += fi.Size()
+						b.Logf("bytes: file%s %d", suf, fi.Size())
 					}
 				}
 				perEvent = float64(size) / float64(n)
