@@ -46,7 +46,7 @@ const (
 func openPostgres(ctx context.Context, url string) (*pgStore, error) {
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
-		return nil, fmt.Errorf("activity store: invalid postgres URL: %w", err)
+		return nil, errBadPostgresURL
 	}
 	db := stdlib.OpenDB(*cfg)
 	db.SetMaxOpenConns(8)

@@ -20,7 +20,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"net/netip"
 	"path/filepath"
 	"slices"
@@ -67,6 +66,12 @@ type target struct {
 	pg   string
 }
 
+// errBadPostgresURL says a postgres URL does not parse without quoting it
+// or pgx's error: pgx redacts the password only from a URL it could parse,
+// and echoes one it could not ("cannot parse `postgres://%secret`").
+var errBadPostgresURL = errors.New("activity store: store.url is not a valid postgres URL (not shown: it may hold a password); " +
+	"want postgres://user:password@host:5432/db?sslmode=require, with special characters in the password percent-encoded")
+
 // ParseURL reads a store URL ("" means defaultDir). It never echoes a
 // PostgreSQL URL back: it may carry a password.
 func ParseURL(raw, defaultDir string) (target, error) {
@@ -87,8 +92,7 @@ func ParseURL(raw, defaultDir string) (target, error) {
 		return target{kind: KindDir, dir: filepath.Clean(dir)}, nil
 	case strings.HasPrefix(raw, "postgres://") || strings.HasPrefix(raw, "postgresql://"):
 		if _, err := pgx.ParseConfig(raw); err != nil {
-			// pgx redacts the password in its errors.
-			return target{}, fmt.Errorf("activity store: invalid postgres URL: %w", err)
+			return target{}, errBadPostgresURL
 		}
 		return target{kind: KindPostgres, pg: raw}, nil
 	}
