@@ -114,13 +114,18 @@ type dayFile struct {
 	hiMs    int64
 
 	st struct {
-		applied, event, events, roll, maxID *sql.Stmt
-		sub, who, name, dec, what, reason   *sql.Stmt
+		applied, event, events, roll, rolls, maxID *sql.Stmt
+		sub, who, name, dec, what, reason          *sql.Stmt
 	}
 }
 
-// eventsPerInsert is how many events one INSERT statement carries.
-const eventsPerInsert = 64
+// eventsPerInsert is how many events one INSERT statement carries,
+// rollPerInsert how many counters one upsert: fewer statements, and far
+// below SQLite's limit of 32 766 parameters.
+const (
+	eventsPerInsert = 256
+	rollPerInsert   = 128
+)
 
 func (f *dayFile) close() error {
 	return f.db.Close() // closes its statements too
@@ -137,9 +142,18 @@ func (d *dirStore) writer(ctx context.Context, day int32) (*dayFile, error) {
 	if err := os.MkdirAll(d.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("activity store: %w (check the directory's owner and the disk)", err)
 	}
-	// synchronous=FULL: Write returns only once the batch is on disk, and
-	// the collector acknowledges it then.
-	db, err := sql.Open("sqlite", sqliteURI(d.path(day))+"&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_txlock=immediate")
+	// WAL with synchronous=FULL: Write returns only once the batch is on
+	// disk (an fsync of the WAL per commit), and the collector acknowledges
+	// it then. NORMAL (fsync at checkpoints only) survives the process
+	// dying but not an OS crash, and with the collector's transactions of
+	// up to 64 messages wrote only ~2 % faster (docs/activity.md,
+	// "Durability"): not worth the window.
+	db, err := sql.Open("sqlite", sqliteURI(d.path(day))+"&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)"+
+		// A page cache (32 MiB) holding the pages a day's writes touch: the
+		// index's 1000s of insertion points and the counters of the hour;
+		// the default 2 MiB made most inserts read a page back from disk.
+		// The WAL is cut back to 16 MiB after a checkpoint.
+		"&_pragma=cache_size(-32768)&_pragma=journal_size_limit(16777216)&_txlock=immediate")
 	if err != nil {
 		return nil, err
 	}
@@ -251,21 +265,18 @@ func (f *dayFile) init(ctx context.Context) error {
 		f.floorMs = maxID.Int64 >> idShift
 	}
 	f.hiMs = f.floorMs
-	var values strings.Builder
-	for i := range eventsPerInsert {
-		if i > 0 {
-			values.WriteByte(',')
-		}
-		values.WriteString("(?,?,?,?,?,?)")
-	}
+	values := strings.TrimSuffix(strings.Repeat("(?,?,?,?,?,?),", eventsPerInsert), ",")
+	rollValues := strings.TrimSuffix(strings.Repeat("(?,?,?,?,?,?),", rollPerInsert), ",")
 	for _, p := range []struct {
 		dst **sql.Stmt
 		q   string
 	}{
 		{&f.st.applied, `INSERT OR IGNORE INTO applied (node, boot, seq) VALUES (?, ?, ?)`},
 		{&f.st.event, `INSERT INTO events (id, who, name, dec, what, lat) VALUES (?,?,?,?,?,?)`},
-		{&f.st.events, `INSERT INTO events (id, who, name, dec, what, lat) VALUES ` + values.String()},
+		{&f.st.events, `INSERT INTO events (id, who, name, dec, what, lat) VALUES ` + values},
 		{&f.st.roll, `INSERT INTO roll (org, dim, h, key, n, b) VALUES (?, ?, ?, ?, ?, ?)
+			ON CONFLICT (org, dim, h, key) DO UPDATE SET n = n + excluded.n, b = b + excluded.b`},
+		{&f.st.rolls, `INSERT INTO roll (org, dim, h, key, n, b) VALUES ` + rollValues + `
 			ON CONFLICT (org, dim, h, key) DO UPDATE SET n = n + excluded.n, b = b + excluded.b`},
 		{&f.st.maxID, `SELECT max(id) FROM events WHERE id >= ? AND id < ?`},
 		{&f.st.sub, `INSERT INTO subs (org, session_id, username, deviceid, location) VALUES (?, ?, ?, ?, ?) RETURNING id`},
@@ -320,7 +331,7 @@ func (f *dayFile) write(ctx context.Context, w dayWork) (int, error) {
 	}
 	defer func() { _ = tx.Rollback() }()
 	st := func(s *sql.Stmt) *sql.Stmt { return tx.StmtContext(ctx, s) }
-	applied, maxID, insOne, insMany, roll := st(f.st.applied), st(f.st.maxID), st(f.st.event), st(f.st.events), st(f.st.roll)
+	applied, maxID, insOne, insMany, roll, rolls := st(f.st.applied), st(f.st.maxID), st(f.st.event), st(f.st.events), st(f.st.roll), st(f.st.rolls)
 	r := rollup{}
 	day0 := dayStart(f.day).UnixNano()
 	var pending []any
@@ -410,7 +421,19 @@ func (f *dayFile) write(ctx context.Context, w dayWork) (int, error) {
 	if err := flush(true); err != nil {
 		return 0, err
 	}
-	for _, row := range r.rows() {
+	rr := r.rows()
+	args := make([]any, 0, 6*rollPerInsert)
+	for len(rr) >= rollPerInsert {
+		args = args[:0]
+		for _, row := range rr[:rollPerInsert] {
+			args = append(args, row.org, row.dim, row.h, row.key, row.n, row.b)
+		}
+		if _, err := rolls.ExecContext(ctx, args...); err != nil {
+			return 0, err
+		}
+		rr = rr[rollPerInsert:]
+	}
+	for _, row := range rr {
 		if _, err := roll.ExecContext(ctx, row.org, row.dim, row.h, row.key, row.n, row.b); err != nil {
 			return 0, err
 		}
@@ -697,13 +720,54 @@ func dirEventsDay(ctx context.Context, tx *sql.Tx, q activity.EventQuery, day in
 		args = append(args, qn, "%."+likeEscape(qn))
 	}
 	n := len(args)
+	d0 := dayStart(day).UnixMilli()
+	var evs []evRow
+	if len(whos) > mergeMaxSources {
+		// Many subscribers: the events in id (time) order, by windows.
+		set := make(map[int64]bool, len(whos))
+		for _, w := range whos {
+			set[w] = true
+		}
+		list, _ := inList(set)
+		// +who: the events' own order (their key), not the who index.
+		scan, err := tx.PrepareContext(ctx, fmt.Sprintf(`SELECT id, who, name, dec, what, lat FROM events
+			WHERE id >= ?%d AND id < ?%d AND +who IN %s %s ORDER BY id DESC LIMIT ?%d`, n+1, n+2, list, where, n+3))
+		if err != nil {
+			return nil, err
+		}
+		defer scan.Close()
+		fetch := func(a, b int64, limit int) ([]evRow, error) {
+			rows, err := scan.QueryContext(ctx, append(slices.Clip(args), a, b, limit)...)
+			if err != nil {
+				return nil, err
+			}
+			defer rows.Close()
+			var out []evRow
+			for rows.Next() {
+				var r evRow
+				if err := rows.Scan(&r.id, &r.who, &r.name, &r.dec, &r.what, &r.lat); err != nil {
+					return nil, err
+				}
+				r.t = d0 + r.id>>idShift
+				out = append(out, r)
+			}
+			return out, rows.Err()
+		}
+		evs, hi, err = scanWindows(fetch, lo, hi, scanFirstMs<<idShift, scanBudgetMs<<idShift, need)
+		if err != nil {
+			return nil, err
+		}
+		need -= len(evs)
+		if len(evs) > 0 && (need == 0 || lo >= hi) {
+			return resolveEvents(ctx, tx, evs, "", func(r evRow) int64 { return r.id })
+		}
+	}
 	stmt, err := tx.PrepareContext(ctx, fmt.Sprintf(`SELECT id, name, dec, what, lat FROM events
 		WHERE who = ?%d AND id >= ?%d AND id < ?%d %s ORDER BY id DESC LIMIT ?%d`, n+1, n+2, n+3, where, n+4))
 	if err != nil {
 		return nil, err
 	}
 	defer stmt.Close()
-	d0 := dayStart(day).UnixMilli()
 	sources := make([]fetcher, len(whos))
 	for i, who := range whos {
 		sources[i] = func(_, id int64, limit int) ([]evRow, error) {
@@ -728,7 +792,8 @@ func dirEventsDay(ctx context.Context, tx *sql.Tx, q activity.EventQuery, day in
 			return out, rows.Err()
 		}
 	}
-	evs, err := mergeNewest(sources, need)
+	merged, err := mergeNewest(sources, need)
+	evs = append(evs, merged...)
 	if err != nil || len(evs) == 0 {
 		return nil, err
 	}
@@ -901,6 +966,61 @@ func (d *dirStore) summary(ctx context.Context, q activity.SummaryQuery, spans [
 	dim := dimOf(q.By)
 	cols, join := keyCols(dim)
 	join = strings.ReplaceAll(join, "$T", "")
+	var sum activity.Summary
+	var keys []sumKey
+	var err error
+	if len(spans) == 1 {
+		// One day: its counters by id, the text of the top ones only.
+		sp := spans[0]
+		err = d.readDay(ctx, sp.day, func(tx *sql.Tx) error {
+			c := newIDCounts()
+			if err := readRoll(ctx, tx, `SELECT key, n, b FROM roll WHERE org = ? AND dim = ? AND h >= ? AND h < ?`,
+				c, q.Org, dim, sp); err != nil {
+				return err
+			}
+			sum, keys, err = topSummary(ctx, tx, "", dim, c, q.Top)
+			return err
+		})
+		if err != nil {
+			return activity.Summary{}, fmt.Errorf("activity store: reading %s: %w", d.path(sp.day), err)
+		}
+	} else {
+		sum, keys, err = d.summaryDays(ctx, q, spans, dim, cols, join)
+		if err != nil {
+			return activity.Summary{}, err
+		}
+	}
+	if interval == 0 || len(keys) == 0 {
+		return sum, nil
+	}
+	return d.series(ctx, q, spans, interval, dim, cols, join, sum, keys)
+}
+
+// readRoll adds the counter rows q reads (key, n, b; its arguments org,
+// dim, then the hours) to c. The whole day is its h = 24 row.
+func readRoll(ctx context.Context, tx querier, q string, c *idCounts, org string, dim int, sp daySpan) error {
+	h0, h1 := sp.h0, min(sp.h1, 24)
+	if h0 == 0 && h1 == 24 {
+		h0, h1 = 24, 25
+	}
+	rows, err := tx.QueryContext(ctx, q, org, dim, h0, h1)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k, n, b int64
+		if err := rows.Scan(&k, &n, &b); err != nil {
+			return err
+		}
+		c.add(k, n, b)
+	}
+	return rows.Err()
+}
+
+// summaryDays answers a summary over several day files: each file has
+// its own ids, so the counters are added up by their text.
+func (d *dirStore) summaryDays(ctx context.Context, q activity.SummaryQuery, spans []daySpan, dim int, cols, join string) (activity.Summary, []sumKey, error) {
 	acc := newSumAcc()
 	for _, sp := range spans {
 		hcond := `r.h >= ? AND r.h < ? AND r.h < 24`
@@ -926,13 +1046,16 @@ func (d *dirStore) summary(ctx context.Context, q activity.SummaryQuery, spans [
 			return rows.Err()
 		})
 		if err != nil {
-			return activity.Summary{}, fmt.Errorf("activity store: reading %s: %w", d.path(sp.day), err)
+			return activity.Summary{}, nil, fmt.Errorf("activity store: reading %s: %w", d.path(sp.day), err)
 		}
 	}
 	sum, keys := acc.top(q.Top)
-	if interval == 0 || len(keys) == 0 {
-		return sum, nil
-	}
+	return sum, keys, nil
+}
+
+// series fills the top rows' counts per interval.
+func (d *dirStore) series(ctx context.Context, q activity.SummaryQuery, spans []daySpan, interval time.Duration, dim int, cols, join string,
+	sum activity.Summary, keys []sumKey) (activity.Summary, error) {
 	buckets := int((q.To.Sub(q.From) + interval - 1) / interval)
 	idx := map[sumKey]int{}
 	for i, k := range keys {

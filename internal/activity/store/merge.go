@@ -97,3 +97,39 @@ func likeEscape(s string) string {
 	r := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
 	return r.Replace(s)
 }
+
+// mergeMaxSources is how many sources (whos) a page merges; a question
+// matching more (an organisation's page, ~1000 subscribers) scans the
+// events in time order first (scanWindows): a query per source would cost
+// a thousand queries for a page of a hundred.
+const mergeMaxSources = 8
+
+// Time windows of scanWindows, in milliseconds: the first is a minute, each
+// next one twice the last, and at most an hour of events is scanned before
+// the rest is left to the merge (an organisation with few events among
+// many others').
+const (
+	scanFirstMs  = 60_000
+	scanBudgetMs = 3_600_000
+)
+
+// scanWindows reads the newest events of a range by time windows:
+// fetch(lo, hi, n) returns up to n matching events with lo ≤ t < hi (t as
+// the caller counts it), newest first. The first window is first wide,
+// each next one twice the last, until need events are found, lo is reached
+// or budget of the range has been scanned. It returns the events found and
+// where it stopped: events below reached were not read.
+func scanWindows(fetch func(lo, hi int64, n int) ([]evRow, error), lo, hi, first, budget int64, need int) ([]evRow, int64, error) {
+	var out []evRow
+	for w := first; hi > lo && len(out) < need && budget > 0; w *= 2 {
+		wlo := max(lo, hi-w)
+		rows, err := fetch(wlo, hi, need-len(out))
+		if err != nil {
+			return nil, 0, err
+		}
+		out = append(out, rows...)
+		budget -= hi - wlo
+		hi = wlo
+	}
+	return out, hi, nil
+}

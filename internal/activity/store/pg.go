@@ -1,10 +1,12 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -44,7 +46,7 @@ const (
 func openPostgres(ctx context.Context, url string) (*pgStore, error) {
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
-		return nil, fmt.Errorf("activity store: invalid postgres URL: %w", err)
+		return nil, errBadPostgresURL
 	}
 	db := stdlib.OpenDB(*cfg)
 	db.SetMaxOpenConns(8)
@@ -266,22 +268,21 @@ func (p *pgStore) writeDay(ctx context.Context, conn *pgx.Conn, w dayWork) (int,
 		return 0, err
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	var rows [][]any
+	fresh, err := pgApplied(ctx, tx, w)
+	if err != nil {
+		return 0, err
+	}
+	var rows []pgEventRow
 	r := rollup{}
-	for _, pt := range w.parts {
-		tag, err := tx.Exec(ctx, `INSERT INTO activity_applied (day, node, boot, seq) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`,
-			w.day, pt.id.node, int64(pt.id.boot), int64(pt.id.seq))
-		if err != nil {
-			return 0, err
-		}
-		if tag.RowsAffected() == 0 {
-			continue
+	for i, pt := range w.parts {
+		if !fresh[i] {
+			continue // stored before
 		}
 		for _, e := range pt.events {
 			sub := p.subs[subOfEvent(e)]
 			name := p.names[e.QName]
-			rows = append(rows, []any{e.Time.UnixMilli(), p.whos[whoKey{sub, e.Client, e.Policy}], name, p.decs[decOf(e)],
-				p.whats[whatKey{catsString(e.Categories), e.Rule}], int64(e.LatencyUS)})
+			rows = append(rows, pgEventRow{e.Time.UnixMilli(), int32(p.whos[whoKey{sub, e.Client, e.Policy}]), int32(name), int32(p.decs[decOf(e)]),
+				int32(p.whats[whatKey{catsString(e.Categories), e.Rule}]), int32(min(e.LatencyUS, 1<<31-1))})
 			h, b := hourOf(e.Time), blocked(e.Verdict)
 			r.add(e.Org, dimDomain, h, name, 1, b)
 			if !e.Sampled {
@@ -299,7 +300,10 @@ func (p *pgStore) writeDay(ctx context.Context, conn *pgx.Conn, w dayWork) (int,
 	}
 	if len(rows) > 0 {
 		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"activity_events"}, []string{"t", "who", "name", "dec", "what", "lat"},
-			pgx.CopyFromRows(rows)); err != nil {
+			pgx.CopyFromSlice(len(rows), func(i int) ([]any, error) {
+				x := &rows[i]
+				return []any{x.t, x.who, x.name, x.dec, x.what, x.lat}, nil
+			})); err != nil {
 			return 0, err
 		}
 	}
@@ -322,6 +326,66 @@ func (p *pgStore) writeDay(ctx context.Context, conn *pgx.Conn, w dayWork) (int,
 		return 0, err
 	}
 	return len(rows), nil
+}
+
+// pgEventRow is one event as copied into activity_events.
+type pgEventRow struct {
+	t                         int64
+	who, name, dec, what, lat int32
+}
+
+// pgApplied records the day's parts as applied, in one statement, and says
+// which are new (fresh[i] for w.parts[i]); a part whose batch was stored
+// before, or that repeats an earlier part's batch, is not. The ids go in
+// sorted so that two collectors wait on each other's rows in one order.
+func pgApplied(ctx context.Context, tx pgx.Tx, w dayWork) ([]bool, error) {
+	ids := make([]batchID, 0, len(w.parts))
+	for _, pt := range w.parts {
+		ids = append(ids, pt.id)
+	}
+	slices.SortFunc(ids, func(a, b batchID) int {
+		if c := strings.Compare(a.node, b.node); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.boot, b.boot); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.seq, b.seq)
+	})
+	ids = slices.Compact(ids)
+	nodes, boots, seqs := make([]string, len(ids)), make([]int64, len(ids)), make([]int64, len(ids))
+	for i, id := range ids {
+		nodes[i], boots[i], seqs[i] = id.node, int64(id.boot), int64(id.seq)
+	}
+	rows, err := tx.Query(ctx, `INSERT INTO activity_applied (day, node, boot, seq)
+		SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::bigint[]) ON CONFLICT DO NOTHING RETURNING node, boot, seq`,
+		w.day, nodes, boots, seqs)
+	if err != nil {
+		return nil, err
+	}
+	inserted := map[batchID]bool{}
+	for rows.Next() {
+		var id batchID
+		var boot, seq int64
+		if err := rows.Scan(&id.node, &boot, &seq); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		id.boot, id.seq = uint64(boot), uint64(seq)
+		inserted[id] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	fresh := make([]bool, len(w.parts))
+	for i, pt := range w.parts {
+		if inserted[pt.id] {
+			fresh[i] = true
+			delete(inserted, pt.id) // a second part of one batch is a repeat
+		}
+	}
+	return fresh, nil
 }
 
 func (p *pgStore) dropBefore(ctx context.Context, day int32) (int, error) {
@@ -416,6 +480,56 @@ func (p *pgStore) events(ctx context.Context, q activity.EventQuery, _ []int32) 
 		args = append(args, qn, "%."+likeEscape(qn))
 	}
 	n := len(args)
+	need := q.Limit + 1
+	var evs []evRow
+	if len(whos) > mergeMaxSources {
+		// Many subscribers: the events in time order, by windows (the BRIN
+		// index on t finds a window's pages).
+		scan, err := conn.PrepareContext(ctx, fmt.Sprintf(`SELECT t, id, who, name, dec, what, lat FROM activity_events
+			WHERE t >= $%d AND (t, id) < ($%d, $%d) AND who = ANY($%d::integer[]) %s ORDER BY t DESC, id DESC LIMIT $%d`,
+			n+1, n+2, n+3, n+4, where, n+5))
+		if err != nil {
+			return page, err
+		}
+		defer scan.Close()
+		first := true
+		fetch := func(a, b int64, limit int) ([]evRow, error) {
+			id := int64(-1) // below every id: all of t < b
+			if first {
+				b, id, first = topT, topID, false
+			}
+			rows, err := scan.QueryContext(ctx, append(slices.Clip(args), a, b, id, whos, limit)...)
+			if err != nil {
+				return nil, err
+			}
+			defer rows.Close()
+			var out []evRow
+			for rows.Next() {
+				var r evRow
+				if err := rows.Scan(&r.t, &r.id, &r.who, &r.name, &r.dec, &r.what, &r.lat); err != nil {
+					return nil, err
+				}
+				out = append(out, r)
+			}
+			return out, rows.Err()
+		}
+		hiT := topT
+		if topID >= 0 {
+			hiT = topT + 1 // the cursor's millisecond is in the first window
+		}
+		var reached int64
+		evs, reached, err = scanWindows(fetch, lo, hiT, scanFirstMs, scanBudgetMs, need)
+		if err != nil {
+			return page, err
+		}
+		need -= len(evs)
+		if reached < hiT {
+			topT, topID = reached, -1
+		}
+		if need == 0 || lo >= topT {
+			return p.finishPage(ctx, conn, q, evs)
+		}
+	}
 	stmt, err := conn.PrepareContext(ctx, fmt.Sprintf(`SELECT t, id, name, dec, what, lat FROM activity_events
 		WHERE who = $%d AND t >= $%d AND (t, id) < ($%d, $%d) %s ORDER BY t DESC, id DESC LIMIT $%d`, n+1, n+2, n+3, n+4, where, n+5))
 	if err != nil {
@@ -444,9 +558,19 @@ func (p *pgStore) events(ctx context.Context, q activity.EventQuery, _ []int32) 
 			return out, rows.Err()
 		}
 	}
-	evs, err := mergeNewest(sources, q.Limit+1)
-	if err != nil || len(evs) == 0 {
+	merged, err := mergeNewest(sources, need)
+	if err != nil {
 		return page, err
+	}
+	return p.finishPage(ctx, conn, q, append(evs, merged...))
+}
+
+// finishPage resolves a page's rows and cuts it, with the cursor of its
+// last event when more follow.
+func (p *pgStore) finishPage(ctx context.Context, conn *sql.Conn, q activity.EventQuery, evs []evRow) (activity.EventPage, error) {
+	var page activity.EventPage
+	if len(evs) == 0 {
+		return page, nil
 	}
 	out, err := resolveEvents(ctx, conn, evs, "activity_", func(r evRow) int64 { return r.id })
 	if err != nil {
@@ -465,34 +589,19 @@ func (p *pgStore) summary(ctx context.Context, q activity.SummaryQuery, spans []
 	dim := dimOf(q.By)
 	cols, join := keyCols(dim)
 	join = strings.ReplaceAll(join, "$T", "activity_")
-	acc := newSumAcc()
+	// The dictionaries are shared by every day: the counters add up by id
+	// across days, and only the top ones' text is read.
+	c := newIDCounts()
 	for _, sp := range spans {
-		hcond := `r.h >= $4 AND r.h < $5 AND r.h < 24`
-		h0, h1 := sp.h0, sp.h1
-		if h0 == 0 && h1 == 24 {
-			hcond, h0, h1 = `r.h = $4 AND r.h = $5 + 24`, 24, 0
-		}
-		rows, err := p.db.QueryContext(ctx, `SELECT `+cols+`, sum(r.n), sum(r.b) FROM activity_roll r `+join+`
-			WHERE r.day = $1 AND r.org = $2 AND r.dim = $3 AND `+hcond+` GROUP BY `+strings.TrimSuffix(cols, ", '', '', ''"),
-			sp.day, q.Org, dim, h0, h1)
-		if err != nil {
-			return activity.Summary{}, err
-		}
-		for rows.Next() {
-			var k sumKey
-			var n, b int64
-			if err := rows.Scan(&k.key, &k.user, &k.device, &k.location, &n, &b); err != nil {
-				rows.Close()
-				return activity.Summary{}, err
-			}
-			acc.add(k, n, b)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+		if err := readRoll(ctx, p.db, fmt.Sprintf(`SELECT key, n, b FROM activity_roll WHERE day = %d AND org = $1 AND dim = $2 AND h >= $3 AND h < $4`, sp.day),
+			c, q.Org, dim, sp); err != nil {
 			return activity.Summary{}, err
 		}
 	}
-	sum, keys := acc.top(q.Top)
+	sum, keys, err := topSummary(ctx, p.db, "activity_", dim, c, q.Top)
+	if err != nil {
+		return activity.Summary{}, err
+	}
 	if interval == 0 || len(keys) == 0 {
 		return sum, nil
 	}

@@ -17,9 +17,9 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"net/netip"
 	"path/filepath"
 	"slices"
@@ -66,6 +66,12 @@ type target struct {
 	pg   string
 }
 
+// errBadPostgresURL says a postgres URL does not parse without quoting it
+// or pgx's error: pgx redacts the password only from a URL it could parse,
+// and echoes one it could not ("cannot parse `postgres://%secret`").
+var errBadPostgresURL = errors.New("activity store: store.url is not a valid postgres URL (not shown: it may hold a password); " +
+	"want postgres://user:password@host:5432/db?sslmode=require, with special characters in the password percent-encoded")
+
 // ParseURL reads a store URL ("" means defaultDir). It never echoes a
 // PostgreSQL URL back: it may carry a password.
 func ParseURL(raw, defaultDir string) (target, error) {
@@ -86,8 +92,7 @@ func ParseURL(raw, defaultDir string) (target, error) {
 		return target{kind: KindDir, dir: filepath.Clean(dir)}, nil
 	case strings.HasPrefix(raw, "postgres://") || strings.HasPrefix(raw, "postgresql://"):
 		if _, err := pgx.ParseConfig(raw); err != nil {
-			// pgx redacts the password in its errors.
-			return target{}, fmt.Errorf("activity store: invalid postgres URL: %w", err)
+			return target{}, errBadPostgresURL
 		}
 		return target{kind: KindPostgres, pg: raw}, nil
 	}
@@ -424,20 +429,32 @@ func firstCategory(c []uint16) int64 {
 
 // rollKey is one counter of the summaries.
 type rollKey struct {
-	org      string
-	dim      int
-	h        int
-	key      int64
-	blocked_ bool
+	org string
+	dim int
+	h   int
+	key int64
 }
 
+// rollNB is a counter's count and blocked count.
+type rollNB struct{ n, b int64 }
+
 // rollup adds up a day's counters before they are written.
-type rollup map[rollKey]int64
+type rollup map[rollKey]*rollNB
 
 // add counts n under the hour h and the whole day (24).
 func (r rollup) add(org string, dim int, h int, key int64, n int64, isBlocked bool) {
-	r[rollKey{org, dim, h, key, isBlocked}] += n
-	r[rollKey{org, dim, 24, key, isBlocked}] += n
+	for _, hh := range [2]int{h, 24} {
+		k := rollKey{org, dim, hh, key}
+		c := r[k]
+		if c == nil {
+			c = &rollNB{}
+			r[k] = c
+		}
+		c.n += n
+		if isBlocked {
+			c.b += n
+		}
+	}
 }
 
 // rollRow is one counter row to upsert.
@@ -452,22 +469,11 @@ type rollRow struct {
 // collectors upserting into one PostgreSQL take their row locks in one
 // order and cannot deadlock.
 func (r rollup) rows() []rollRow {
-	m := map[[4]string]*rollRow{}
-	var out []*rollRow
-	for k, n := range r {
-		id := [4]string{k.org, strconv.Itoa(k.dim), strconv.Itoa(k.h), strconv.FormatInt(k.key, 10)}
-		row := m[id]
-		if row == nil {
-			row = &rollRow{org: k.org, dim: k.dim, h: k.h, key: k.key}
-			m[id] = row
-			out = append(out, row)
-		}
-		row.n += n
-		if k.blocked_ {
-			row.b += n
-		}
+	out := make([]rollRow, 0, len(r))
+	for k, c := range r {
+		out = append(out, rollRow{org: k.org, dim: k.dim, h: k.h, key: k.key, n: c.n, b: c.b})
 	}
-	slices.SortFunc(out, func(a, b *rollRow) int {
+	slices.SortFunc(out, func(a, b rollRow) int {
 		if c := strings.Compare(a.org, b.org); c != 0 {
 			return c
 		}
@@ -479,11 +485,7 @@ func (r rollup) rows() []rollRow {
 		}
 		return int(min(max(a.key-b.key, -1), 1))
 	})
-	res := make([]rollRow, len(out))
-	for i, r := range out {
-		res[i] = *r
-	}
-	return res
+	return out
 }
 
 // hourOf is t's hour within its UTC day.
@@ -532,4 +534,110 @@ func matchQName(q, name string) bool {
 		return true
 	}
 	return name == q || (strings.HasSuffix(name, q) && len(name) > len(q) && name[len(name)-len(q)-1] == '.')
+}
+
+// idCounts is a summary's counters by dictionary id (or category code),
+// added up over the hours and days asked for.
+type idCounts struct {
+	m              map[int64]*rollNB
+	total, blocked int64
+}
+
+func newIDCounts() *idCounts { return &idCounts{m: map[int64]*rollNB{}} }
+
+func (c *idCounts) add(key, n, b int64) {
+	x := c.m[key]
+	if x == nil {
+		x = &rollNB{}
+		c.m[key] = x
+	}
+	x.n += n
+	x.b += b
+	c.total += n
+	c.blocked += b
+}
+
+// candidates are the keys that may be in the top n: every key counted at
+// least as often as the n-th largest. Only these need their text read
+// (ties at the edge are broken by it): a summary over 50 000 names reads
+// the names of ten or so, not of all.
+func (c *idCounts) candidates(n int) []int64 {
+	counts := make([]int64, 0, len(c.m))
+	for _, x := range c.m {
+		counts = append(counts, x.n)
+	}
+	threshold := int64(0)
+	if len(counts) > n {
+		slices.SortFunc(counts, func(a, b int64) int { return cmp.Compare(b, a) })
+		threshold = counts[n-1]
+	}
+	var out []int64
+	for k, x := range c.m {
+		if x.n >= threshold {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// dictSQL is, per dimension, the query that reads the text of a counter's
+// key ids (tables prefixed by $T); "" for category, whose key is the code.
+func dictSQL(dim int) string {
+	switch dim {
+	case dimDomain:
+		return `SELECT id, name, '', '', '' FROM $Tnames WHERE id IN `
+	case dimSubscriber:
+		return `SELECT id, session_id, username, deviceid, location FROM $Tsubs WHERE id IN `
+	case dimReason:
+		return `SELECT id, reason, '', '', '' FROM $Treasons WHERE id IN `
+	}
+	return ""
+}
+
+// topSummary turns counters by id into the summary's top rows, reading the
+// text of the candidates only.
+func topSummary(ctx context.Context, tx querier, prefix string, dim int, c *idCounts, top int) (activity.Summary, []sumKey, error) {
+	cands := c.candidates(top)
+	keys := map[int64]sumKey{}
+	if q := dictSQL(dim); q == "" {
+		for _, id := range cands {
+			keys[id] = sumKey{key: strconv.FormatInt(id, 10)}
+		}
+	} else if len(cands) > 0 {
+		set := make(map[int64]bool, len(cands))
+		for _, id := range cands {
+			set[id] = true
+		}
+		list, _ := inList(set)
+		rows, err := tx.QueryContext(ctx, strings.ReplaceAll(q, "$T", prefix)+list)
+		if err != nil {
+			return activity.Summary{}, nil, err
+		}
+		for rows.Next() {
+			var id int64
+			var k sumKey
+			if err := rows.Scan(&id, &k.key, &k.user, &k.device, &k.location); err != nil {
+				rows.Close()
+				return activity.Summary{}, nil, err
+			}
+			keys[id] = k
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return activity.Summary{}, nil, err
+		}
+	}
+	acc := newSumAcc()
+	for _, id := range cands {
+		k, ok := keys[id]
+		if !ok {
+			continue // no dictionary row (never written so): counted in Other
+		}
+		x := c.m[id]
+		acc.add(k, x.n, x.b)
+	}
+	acc.total, acc.blockd = c.total, c.blocked
+	sum, sk := acc.top(top)
+	return sum, sk, nil
 }

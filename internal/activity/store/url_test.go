@@ -32,7 +32,7 @@ func TestParseURL(t *testing.T) {
 }
 
 func FuzzParseURL(f *testing.F) {
-	for _, s := range []string{"", "dir:/a", "postgres://u:secret@h/db", "postgres://%zz", "dir:\x00"} {
+	for _, s := range []string{"", "dir:/a", "postgres://u:secret@h/db", "postgres://%zz", "dir:\x00", "postgres://%secret", "postgres://u:%secret@h/db"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, raw string) {
