@@ -223,7 +223,7 @@ func (p *Publisher) send(ctx context.Context) {
 		}
 		backoff = min(2*backoff, p.cfg.MaxBackoff)
 	}
-	for {
+	for ctx.Err() == nil {
 		b := p.buf.next(ctx)
 		if b == nil {
 			return
