@@ -8,12 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"hash/maphash"
 	"log/slog"
 	"math"
 	"math/bits"
 	"net/netip"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,10 +66,6 @@ const maxCountKeys = 4 << 20
 // about a microsecond; a busy client's is computed once a day).
 const maxHashCache = 4096
 
-// maxIntern bounds a shard's interned subscribers; past it the table
-// starts afresh.
-const maxIntern = 1 << 18
-
 // Recorder records answered queries (resolver.Observer).
 type Recorder struct {
 	node     string
@@ -85,6 +81,8 @@ type Recorder struct {
 
 	shards []recShard
 	mask   uint32
+
+	seed1, seed2 maphash.Seed
 
 	// queued is the events in the shards' buffers, the queue Config.Queue
 	// bounds (one counter for all shards: events are the minority of
@@ -136,7 +134,10 @@ type recShard struct {
 	spare []*countMap // emptied maps the publisher gave back
 	keys  int         // distinct keys in both slots and stale
 
-	intern map[resolver.Subscriber]resolver.Subscriber
+	// h1, h2 hash a count's key (128 bits: two subscribers never share
+	// one); their seeds are the Recorder's, so that one key hashes alike
+	// in every shard and the publisher adds the shards' counts up by it.
+	h1, h2 maphash.Hash
 
 	macDay   int64
 	mac      hash.Hash
@@ -148,21 +149,44 @@ type recShard struct {
 	kept, queueDropped, counted, limitUncounted, lateUncounted atomic.Uint64
 }
 
-// countKey is what a plain allow is counted under, within an interval.
-type countKey struct {
-	sub    resolver.Subscriber
-	reason string
-	cat    uint16
-}
-
-// countMap counts one interval's plain allows.
+// countMap counts one interval's plain allows by subscriber, reason and
+// category. Nothing in it is a pointer the garbage collector must follow
+// (a million subscribers' keys would be scanned at every cycle): keys are
+// 128-bit hashes, and the subscriber's and reason's strings are copied
+// once per interval into arena.
 type countMap struct {
 	start int64 // the interval's start, Unix ns
-	idx   map[countKey]int32
-	n     []uint64
+	idx   map[countHash]uint32
+	ents  []countEntry
+	arena []byte
 }
 
-func newCountMap() *countMap { return &countMap{idx: map[countKey]int32{}} }
+// countHash names a count's key (subscriber, reason, category).
+type countHash [2]uint64
+
+// countEntry is one key's count; its strings are arena[off:], the
+// subscriber's five then the reason, lens long.
+type countEntry struct {
+	h    countHash
+	n    uint64
+	off  uint32
+	lens [6]uint16
+	cat  uint16
+}
+
+func newCountMap() *countMap { return &countMap{idx: map[countHash]uint32{}} }
+
+// strs are e's strings, views of m's arena.
+func (m *countMap) strs(e *countEntry) (out [6]string) {
+	off := int(e.off)
+	for i, n := range e.lens {
+		if n > 0 {
+			out[i] = unsafe.String(&m.arena[off], int(n))
+		}
+		off += int(n)
+	}
+	return out
+}
 
 // NewRecorder validates cfg and registers the metrics.
 func NewRecorder(cfg RecorderConfig) (*Recorder, error) {
@@ -194,11 +218,13 @@ func NewRecorder(cfg RecorderConfig) (*Recorder, error) {
 		queueCap: int64(cfg.Config.Queue), maxKeys: max(maxCountKeys/n, 1024), cfg: cfg.Config,
 		boot:   uint64(boot[0]) | uint64(boot[1])<<8 | uint64(boot[2])<<16 | uint64(boot[3])<<24 | uint64(boot[4])<<32 | uint64(boot[5])<<40 | uint64(boot[6])<<48 | uint64(boot[7])<<56,
 		shards: make([]recShard, n), mask: uint32(n - 1), wake: make(chan struct{}, 1), keyDay: math.MinInt64,
+		seed1: maphash.MakeSeed(), seed2: maphash.MakeSeed(),
 	}
 	for i := range r.shards {
 		s := &r.shards[i]
 		s.slots = [2]*countMap{newCountMap(), newCountMap()}
-		s.intern = map[resolver.Subscriber]resolver.Subscriber{}
+		s.h1.SetSeed(r.seed1)
+		s.h2.SetSeed(r.seed2)
 		s.macDay = math.MinInt64
 	}
 	if cfg.Registerer != nil {
@@ -274,14 +300,14 @@ func (r *Recorder) count(s *recShard, a *resolver.Answered, now time.Time) {
 	}
 	m := s.slots[(start/r.iv)&1]
 	if m.start != start {
-		if m.start > start && len(m.n) > 0 {
+		if m.start > start && len(m.ents) > 0 {
 			// The slot holds a later interval: this query's clock read is
 			// older than an interval (a query that waited a long time for
 			// the lock, a clock stepped back).
 			s.lateUncounted.Add(1)
 			return
 		}
-		if len(m.n) > 0 {
+		if len(m.ents) > 0 {
 			// The publisher has not taken it yet (it takes an interval
 			// within a quarter of the next): keep it for the publisher.
 			s.stale = append(s.stale, m)
@@ -291,25 +317,68 @@ func (r *Recorder) count(s *recShard, a *resolver.Answered, now time.Time) {
 		m.start = start
 	}
 	d := &a.Decision
-	k := countKey{sub: a.Subscriber, reason: string(d.Reason)}
+	var cat uint16
 	if len(d.Categories) > 0 {
-		k.cat = d.Categories[0]
+		cat = d.Categories[0]
 	}
-	if i, ok := m.idx[k]; ok {
-		m.n[i]++
+	sub := &a.Subscriber
+	fields := [6]string{sub.Org, sub.SessionID, sub.Username, sub.DeviceID, sub.Location, string(d.Reason)}
+	for i := range fields {
+		fields[i] = fields[i][:min(len(fields[i]), MaxStringLen)]
+	}
+	h := s.hashKey(r, &fields, cat)
+	if i, ok := m.idx[h]; ok {
+		m.ents[i].n++
 		s.counted.Add(1)
 		return
 	}
-	if s.keys >= r.maxKeys {
+	if s.keys >= r.maxKeys || len(m.arena) > math.MaxUint32-6*MaxStringLen {
 		s.limitUncounted.Add(1)
 		return
 	}
 	// A new key: its strings are the resolver's views, copied once.
-	k.sub, k.reason = s.internSub(k.sub), internReason(k.reason)
-	m.idx[k] = int32(len(m.n))
-	m.n = append(m.n, 1)
+	e := countEntry{h: h, n: 1, off: uint32(len(m.arena)), cat: cat}
+	for i, f := range fields {
+		e.lens[i] = uint16(len(f))
+		m.arena = append(m.arena, f...)
+	}
+	m.idx[h] = uint32(len(m.ents))
+	m.ents = append(m.ents, e)
 	s.keys++
 	s.counted.Add(1)
+}
+
+// hashKey is the 128-bit hash of a count's key; s.mu is held. The key's
+// bytes (each string after its length) are hashed twice, with the two
+// seeds: from a buffer on the stack when they fit, which is one call each.
+func (s *recShard) hashKey(r *Recorder, fields *[6]string, cat uint16) countHash {
+	var buf [256]byte
+	b := buf[:0]
+	n := 2
+	for _, f := range fields {
+		n += 2 + len(f)
+	}
+	if n <= len(buf) {
+		for _, f := range fields {
+			b = append(b, byte(len(f)), byte(len(f)>>8))
+			b = append(b, f...)
+		}
+		b = append(b, byte(cat), byte(cat>>8))
+		return countHash{maphash.Bytes(r.seed1, b), maphash.Bytes(r.seed2, b)}
+	}
+	var out countHash
+	for j, h := range [2]*maphash.Hash{&s.h1, &s.h2} {
+		h.Reset()
+		for _, f := range fields {
+			_ = h.WriteByte(byte(len(f)))
+			_ = h.WriteByte(byte(len(f) >> 8))
+			_, _ = h.WriteString(f)
+		}
+		_ = h.WriteByte(byte(cat))
+		_ = h.WriteByte(byte(cat >> 8))
+		out[j] = h.Sum64()
+	}
+	return out
 }
 
 // newMap is an emptied count map, reused when the publisher gave one back.
@@ -320,42 +389,6 @@ func (s *recShard) newMap() *countMap {
 		return m
 	}
 	return newCountMap()
-}
-
-// internSub is x with strings of its own, shared by every key of that
-// subscriber in the shard.
-func (s *recShard) internSub(x resolver.Subscriber) resolver.Subscriber {
-	if v, ok := s.intern[x]; ok {
-		return v
-	}
-	if len(s.intern) >= maxIntern {
-		clear(s.intern)
-	}
-	var b strings.Builder
-	b.Grow(len(x.Org) + len(x.SessionID) + len(x.Username) + len(x.DeviceID) + len(x.Location))
-	for _, f := range [...]string{x.Org, x.SessionID, x.Username, x.DeviceID, x.Location} {
-		b.WriteString(f)
-	}
-	all, i := b.String(), 0
-	cut := func(n int) string { v := all[i : i+n]; i += n; return v }
-	v := resolver.Subscriber{Org: cut(len(x.Org)), SessionID: cut(len(x.SessionID)), Username: cut(len(x.Username)),
-		DeviceID: cut(len(x.DeviceID)), Location: cut(len(x.Location))}
-	s.intern[v] = v
-	return v
-}
-
-var knownReasons = [...]string{string(policy.ReasonFilteringOff), string(policy.ReasonAllowlist),
-	string(policy.ReasonRPZ), string(policy.ReasonBlocklist), string(policy.ReasonPaused), string(policy.ReasonSafeSearch),
-	string(policy.ReasonCategory), string(policy.ReasonNetwork), string(policy.ReasonDefault)}
-
-// internReason is the policy's constant for a reason, else a copy.
-func internReason(x string) string {
-	for _, k := range knownReasons {
-		if k == x {
-			return k
-		}
-	}
-	return strings.Clone(x)
 }
 
 // keep encodes a as an event into the shard's queue, or drops it when the
@@ -500,13 +533,13 @@ func (r *Recorder) takeCounts(t *taken, until int64, all bool) {
 		s.mu.Lock()
 		for _, m := range s.stale {
 			t.counts = append(t.counts, m)
-			s.keys -= len(m.n)
+			s.keys -= len(m.ents)
 		}
 		s.stale = s.stale[:0]
 		for j, m := range s.slots {
-			if len(m.n) > 0 && (all || m.start+r.iv <= until) {
+			if len(m.ents) > 0 && (all || m.start+r.iv <= until) {
 				t.counts = append(t.counts, m)
-				s.keys -= len(m.n)
+				s.keys -= len(m.ents)
 				s.slots[j] = s.newMap()
 			}
 		}
@@ -519,7 +552,7 @@ func (r *Recorder) takeCounts(t *taken, until int64, all bool) {
 func (r *Recorder) giveBack(ms []*countMap) {
 	for i, m := range ms {
 		clear(m.idx)
-		m.n, m.start = m.n[:0], 0
+		m.ents, m.arena, m.start = m.ents[:0], m.arena[:0], 0
 		s := &r.shards[uint32(i)&r.mask]
 		s.mu.Lock()
 		if len(s.spare) < 4 {

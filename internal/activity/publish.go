@@ -56,7 +56,7 @@ type Publisher struct {
 
 	// Reused between collections.
 	t    taken
-	agg  map[countKey]int
+	agg  map[countHash]int
 	aggN []Count
 }
 
@@ -78,7 +78,7 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	p := &Publisher{cfg: cfg, r: cfg.Recorder, js: cfg.JetStream, log: cfg.Logger, agg: map[countKey]int{}}
+	p := &Publisher{cfg: cfg, r: cfg.Recorder, js: cfg.JetStream, log: cfg.Logger, agg: map[countHash]int{}}
 	p.buf.init(cfg.Recorder.cfg.BufferBytes, &cfg.Recorder.pub)
 	return p, nil
 }
@@ -132,8 +132,8 @@ func (p *Publisher) collect(events, final bool) {
 	until := r.now().UnixNano() - grace
 	p.t.counts = p.t.counts[:0]
 	r.takeCounts(&p.t, until, final)
-	counts := p.mergeCounts()
-	r.giveBack(p.t.counts)
+	counts := p.mergeCounts() // views of the maps' arenas: encoded before they are given back
+	defer r.giveBack(p.t.counts)
 	if events {
 		r.takeEvents(&p.t)
 	} else {
@@ -177,15 +177,16 @@ func (p *Publisher) mergeCounts() []Count {
 	for start, ms := range byStart {
 		clear(p.agg)
 		for _, m := range ms {
-			for k, i := range m.idx {
-				if j, ok := p.agg[k]; ok {
-					p.aggN[j].N += m.n[i]
+			for i := range m.ents {
+				e := &m.ents[i]
+				if j, ok := p.agg[e.h]; ok {
+					p.aggN[j].N += e.n
 					continue
 				}
-				p.agg[k] = len(p.aggN)
-				p.aggN = append(p.aggN, Count{Start: time.Unix(0, start).UTC(), Seconds: secs, Org: k.sub.Org,
-					SessionID: k.sub.SessionID, Username: k.sub.Username, DeviceID: k.sub.DeviceID, Location: k.sub.Location,
-					Reason: k.reason, Category: k.cat, N: m.n[i]})
+				p.agg[e.h] = len(p.aggN)
+				f := m.strs(e)
+				p.aggN = append(p.aggN, Count{Start: time.Unix(0, start).UTC(), Seconds: secs, Org: f[0], SessionID: f[1],
+					Username: f[2], DeviceID: f[3], Location: f[4], Reason: f[5], Category: e.cat, N: e.n})
 			}
 		}
 	}
