@@ -31,8 +31,8 @@ import (
 // plain allows) into memory of its own; the Publisher (publish.go) takes
 // both from there into batches for the ACTIVITY stream. The resolver calls
 // Answered on the goroutine that answered, so it must cost little and
-// never wait: the Recorder's state is split into shards, picked by the
-// client's address, each behind its own mutex that only the publisher's
+// never wait: the Recorder's state is split into shards (a plain allow's
+// by its count key, an event's by the client's address), each behind its own mutex that only the publisher's
 // short swaps ever contend for; nothing in Answered does I/O, and a plain
 // allow whose key was seen before in its interval allocates nothing.
 
@@ -134,11 +134,6 @@ type recShard struct {
 	spare []*countMap // emptied maps the publisher gave back
 	keys  int         // distinct keys in both slots and stale
 
-	// h1, h2 hash a count's key (128 bits: two subscribers never share
-	// one); their seeds are the Recorder's, so that one key hashes alike
-	// in every shard and the publisher adds the shards' counts up by it.
-	h1, h2 maphash.Hash
-
 	macDay   int64
 	mac      hash.Hash
 	macIn    [16]byte
@@ -155,26 +150,25 @@ type recShard struct {
 // 128-bit hashes, and the subscriber's and reason's strings are copied
 // once per interval into arena.
 type countMap struct {
-	start int64 // the interval's start, Unix ns
-	idx   map[countHash]uint32
-	ents  []countEntry
+	start int64                // the interval's start, Unix ns
+	idx   map[countHash]uint64 // the counts
+	ents  []countEntry         // each key's strings, in the order first seen
 	arena []byte
 }
 
 // countHash names a count's key (subscriber, reason, category).
 type countHash [2]uint64
 
-// countEntry is one key's count; its strings are arena[off:], the
-// subscriber's five then the reason, lens long.
+// countEntry is one key: its strings are arena[off:], the subscriber's
+// five then the reason, lens long.
 type countEntry struct {
 	h    countHash
-	n    uint64
 	off  uint32
 	lens [6]uint16
 	cat  uint16
 }
 
-func newCountMap() *countMap { return &countMap{idx: map[countHash]uint32{}} }
+func newCountMap() *countMap { return &countMap{idx: map[countHash]uint64{}} }
 
 // strs are e's strings, views of m's arena.
 func (m *countMap) strs(e *countEntry) (out [6]string) {
@@ -223,8 +217,6 @@ func NewRecorder(cfg RecorderConfig) (*Recorder, error) {
 	for i := range r.shards {
 		s := &r.shards[i]
 		s.slots = [2]*countMap{newCountMap(), newCountMap()}
-		s.h1.SetSeed(r.seed1)
-		s.h2.SetSeed(r.seed2)
 		s.macDay = math.MinInt64
 	}
 	if cfg.Registerer != nil {
@@ -272,27 +264,50 @@ func (r *Recorder) Answered(a *resolver.Answered) {
 		return
 	}
 	now := r.now()
-	s := r.shard(a.Client.Addr())
-	plain := plainAllow(d)
-	s.mu.Lock()
-	if plain {
-		r.count(s, a, now)
-		if r.sample == 0 {
-			s.mu.Unlock()
-			return
-		}
-		if s.sampleN++; s.sampleN < r.sample {
-			s.mu.Unlock()
-			return
-		}
-		s.sampleN = 0
+	if !plainAllow(d) {
+		s := r.shard(a.Client.Addr())
+		s.mu.Lock()
+		r.keep(s, a, now, false)
+		s.mu.Unlock()
+		return
 	}
-	r.keep(s, a, now, plain)
+	// A plain allow goes to its count key's shard, so that one key is
+	// counted in one shard only and the publisher need not add shards up.
+	var k countKey
+	k.fields = [6]string{a.Subscriber.Org, a.Subscriber.SessionID, a.Subscriber.Username, a.Subscriber.DeviceID,
+		a.Subscriber.Location, string(d.Reason)}
+	for i := range k.fields {
+		k.fields[i] = k.fields[i][:min(len(k.fields[i]), MaxStringLen)]
+	}
+	if len(d.Categories) > 0 {
+		k.cat = d.Categories[0]
+	}
+	h := r.hashKey(&k)
+	s := &r.shards[uint32(h[0]>>32)&r.mask]
+	s.mu.Lock()
+	r.count(s, &k, h, now)
+	if r.sample == 0 {
+		s.mu.Unlock()
+		return
+	}
+	if s.sampleN++; s.sampleN < r.sample {
+		s.mu.Unlock()
+		return
+	}
+	s.sampleN = 0
+	r.keep(s, a, now, true)
 	s.mu.Unlock()
 }
 
+// countKey is what a plain allow is counted under: the subscriber's five
+// strings and the reason, and the first category.
+type countKey struct {
+	fields [6]string
+	cat    uint16
+}
+
 // count counts a plain allow; s.mu is held.
-func (r *Recorder) count(s *recShard, a *resolver.Answered, now time.Time) {
+func (r *Recorder) count(s *recShard, k *countKey, h countHash, now time.Time) {
 	ns := now.UnixNano()
 	start := ns - ns%r.iv
 	if ns < 0 && ns%r.iv != 0 {
@@ -300,14 +315,14 @@ func (r *Recorder) count(s *recShard, a *resolver.Answered, now time.Time) {
 	}
 	m := s.slots[(start/r.iv)&1]
 	if m.start != start {
-		if m.start > start && len(m.ents) > 0 {
+		if m.start > start && len(m.idx) > 0 {
 			// The slot holds a later interval: this query's clock read is
 			// older than an interval (a query that waited a long time for
 			// the lock, a clock stepped back).
 			s.lateUncounted.Add(1)
 			return
 		}
-		if len(m.ents) > 0 {
+		if len(m.idx) > 0 {
 			// The publisher has not taken it yet (it takes an interval
 			// within a quarter of the next): keep it for the publisher.
 			s.stale = append(s.stale, m)
@@ -316,66 +331,58 @@ func (r *Recorder) count(s *recShard, a *resolver.Answered, now time.Time) {
 		}
 		m.start = start
 	}
-	d := &a.Decision
-	var cat uint16
-	if len(d.Categories) > 0 {
-		cat = d.Categories[0]
-	}
-	sub := &a.Subscriber
-	fields := [6]string{sub.Org, sub.SessionID, sub.Username, sub.DeviceID, sub.Location, string(d.Reason)}
-	for i := range fields {
-		fields[i] = fields[i][:min(len(fields[i]), MaxStringLen)]
-	}
-	h := s.hashKey(r, &fields, cat)
-	if i, ok := m.idx[h]; ok {
-		m.ents[i].n++
-		s.counted.Add(1)
-		return
-	}
 	if s.keys >= r.maxKeys || len(m.arena) > math.MaxUint32-6*MaxStringLen {
-		s.limitUncounted.Add(1)
+		if _, ok := m.idx[h]; !ok {
+			s.limitUncounted.Add(1)
+			return
+		}
+	}
+	// One map operation for a key seen before in the interval.
+	n := len(m.idx)
+	m.idx[h]++
+	s.counted.Add(1)
+	if len(m.idx) == n {
 		return
 	}
 	// A new key: its strings are the resolver's views, copied once.
-	e := countEntry{h: h, n: 1, off: uint32(len(m.arena)), cat: cat}
-	for i, f := range fields {
+	e := countEntry{h: h, off: uint32(len(m.arena)), cat: k.cat}
+	for i, f := range k.fields {
 		e.lens[i] = uint16(len(f))
 		m.arena = append(m.arena, f...)
 	}
-	m.idx[h] = uint32(len(m.ents))
 	m.ents = append(m.ents, e)
 	s.keys++
-	s.counted.Add(1)
 }
 
-// hashKey is the 128-bit hash of a count's key; s.mu is held. The key's
-// bytes (each string after its length) are hashed twice, with the two
-// seeds: from a buffer on the stack when they fit, which is one call each.
-func (s *recShard) hashKey(r *Recorder, fields *[6]string, cat uint16) countHash {
+// hashKey is the 128-bit hash of a count's key. The key's bytes (each
+// string after its length) are hashed twice, with the two seeds: from a
+// buffer on the stack when they fit, which is one call each.
+func (r *Recorder) hashKey(k *countKey) countHash {
 	var buf [256]byte
-	b := buf[:0]
 	n := 2
-	for _, f := range fields {
+	for _, f := range k.fields {
 		n += 2 + len(f)
 	}
 	if n <= len(buf) {
-		for _, f := range fields {
+		b := buf[:0]
+		for _, f := range k.fields {
 			b = append(b, byte(len(f)), byte(len(f)>>8))
 			b = append(b, f...)
 		}
-		b = append(b, byte(cat), byte(cat>>8))
+		b = append(b, byte(k.cat), byte(k.cat>>8))
 		return countHash{maphash.Bytes(r.seed1, b), maphash.Bytes(r.seed2, b)}
 	}
 	var out countHash
-	for j, h := range [2]*maphash.Hash{&s.h1, &s.h2} {
-		h.Reset()
-		for _, f := range fields {
+	for j, seed := range [2]maphash.Seed{r.seed1, r.seed2} {
+		var h maphash.Hash
+		h.SetSeed(seed)
+		for _, f := range k.fields {
 			_ = h.WriteByte(byte(len(f)))
 			_ = h.WriteByte(byte(len(f) >> 8))
 			_, _ = h.WriteString(f)
 		}
-		_ = h.WriteByte(byte(cat))
-		_ = h.WriteByte(byte(cat >> 8))
+		_ = h.WriteByte(byte(k.cat))
+		_ = h.WriteByte(byte(k.cat >> 8))
 		out[j] = h.Sum64()
 	}
 	return out
@@ -537,7 +544,7 @@ func (r *Recorder) takeCounts(t *taken, until int64, all bool) {
 		}
 		s.stale = s.stale[:0]
 		for j, m := range s.slots {
-			if len(m.ents) > 0 && (all || m.start+r.iv <= until) {
+			if len(m.idx) > 0 && (all || m.start+r.iv <= until) {
 				t.counts = append(t.counts, m)
 				s.keys -= len(m.ents)
 				s.slots[j] = s.newMap()

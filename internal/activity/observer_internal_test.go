@@ -44,7 +44,7 @@ func newTestRecorder(t testing.TB, mod func(*Config)) (*Recorder, *Publisher, *f
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &Publisher{r: r, agg: map[countHash]int{}}
+	p := &Publisher{r: r}
 	p.buf.init(cfg.BufferBytes, &r.pub)
 	return r, p, clk, reg
 }

@@ -55,9 +55,8 @@ type Publisher struct {
 	buf outbox
 
 	// Reused between collections.
-	t    taken
-	agg  map[countHash]int
-	aggN []Count
+	t      taken
+	counts []Count
 }
 
 // NewPublisher checks cfg.
@@ -78,7 +77,7 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	p := &Publisher{cfg: cfg, r: cfg.Recorder, js: cfg.JetStream, log: cfg.Logger, agg: map[countHash]int{}}
+	p := &Publisher{cfg: cfg, r: cfg.Recorder, js: cfg.JetStream, log: cfg.Logger}
 	p.buf.init(cfg.Recorder.cfg.BufferBytes, &cfg.Recorder.pub)
 	return p, nil
 }
@@ -132,17 +131,18 @@ func (p *Publisher) collect(events, final bool) {
 	until := r.now().UnixNano() - grace
 	p.t.counts = p.t.counts[:0]
 	r.takeCounts(&p.t, until, final)
-	counts := p.mergeCounts() // views of the maps' arenas: encoded before they are given back
-	defer r.giveBack(p.t.counts)
+	defer r.giveBack(p.t.counts) // the counts below are views of their arenas: encoded first
 	if events {
 		r.takeEvents(&p.t)
 	} else {
 		p.t.events, p.t.ends = p.t.events[:0], p.t.ends[:0]
 	}
 	// Events first, in batches; counts fill the last batch's room, then
-	// batches of their own.
+	// batches of their own. A key is counted in one shard only, so each
+	// map's counts go out as they are.
 	ends, from := p.t.ends, uint32(0)
-	for len(ends) > 0 || len(counts) > 0 {
+	maps, next := p.t.counts, 0 // the map and entry counts are read from
+	for len(ends) > 0 || len(maps) > 0 {
 		n := 0
 		for n < len(ends) && n < batchEvents && (n == 0 || ends[n]-from <= batchEventBytes) {
 			n++
@@ -153,45 +153,27 @@ func (p *Publisher) collect(events, final bool) {
 			from = ends[n-1]
 			ends = ends[n:]
 		}
-		var cs []Count
+		cs := p.counts[:0]
 		if len(ends) == 0 {
-			k := min(len(counts), batchCounts)
-			cs, counts = counts[:k], counts[k:]
-		}
-		p.seal(n, evs, cs)
-	}
-}
-
-// mergeCounts adds up the taken intervals (one subscriber's key may be
-// counted in several shards) into one Count per key and interval.
-func (p *Publisher) mergeCounts() []Count {
-	p.aggN = p.aggN[:0]
-	if len(p.t.counts) == 0 {
-		return nil
-	}
-	byStart := map[int64][]*countMap{}
-	for _, m := range p.t.counts {
-		byStart[m.start] = append(byStart[m.start], m)
-	}
-	secs := uint32(p.r.iv / int64(time.Second))
-	for start, ms := range byStart {
-		clear(p.agg)
-		for _, m := range ms {
-			for i := range m.ents {
-				e := &m.ents[i]
-				if j, ok := p.agg[e.h]; ok {
-					p.aggN[j].N += e.n
+			for len(maps) > 0 && len(cs) < batchCounts {
+				m := maps[0]
+				if next == len(m.ents) {
+					maps, next = maps[1:], 0
 					continue
 				}
-				p.agg[e.h] = len(p.aggN)
+				e := &m.ents[next]
+				next++
 				f := m.strs(e)
-				p.aggN = append(p.aggN, Count{Start: time.Unix(0, start).UTC(), Seconds: secs, Org: f[0], SessionID: f[1],
-					Username: f[2], DeviceID: f[3], Location: f[4], Reason: f[5], Category: e.cat, N: e.n})
+				cs = append(cs, Count{Start: time.Unix(0, m.start).UTC(), Seconds: uint32(r.iv / int64(time.Second)),
+					Org: f[0], SessionID: f[1], Username: f[2], DeviceID: f[3], Location: f[4], Reason: f[5],
+					Category: e.cat, N: m.idx[e.h]})
 			}
 		}
+		p.counts = cs
+		if n > 0 || len(cs) > 0 {
+			p.seal(n, evs, cs)
+		}
 	}
-	clear(p.agg)
-	return p.aggN
 }
 
 // seal encodes one batch and queues it in the outbox.
