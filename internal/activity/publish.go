@@ -32,7 +32,9 @@ type PublisherConfig struct {
 	// 100ms); FlushEvery how often queued events are batched (default 1s).
 	Tick, FlushEvery time.Duration
 	// PublishTimeout bounds one publish (default 5s); Backoff is the first
-	// wait after a failure, doubled up to MaxBackoff (defaults 250ms, 10s).
+	// wait after a failure, doubled up to MaxBackoff (defaults 250ms, 2s: a
+	// publish while NATS is away fails at once, so trying often is cheap,
+	// and the buffer empties soon after NATS is back).
 	PublishTimeout, Backoff, MaxBackoff time.Duration
 }
 
@@ -73,7 +75,7 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	def(&cfg.FlushEvery, time.Second)
 	def(&cfg.PublishTimeout, 5*time.Second)
 	def(&cfg.Backoff, 250*time.Millisecond)
-	def(&cfg.MaxBackoff, 10*time.Second)
+	def(&cfg.MaxBackoff, 2*time.Second)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
