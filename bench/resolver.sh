@@ -74,6 +74,13 @@
 #                            to compare against) on 127.53.0.6:5305, same
 #                            sessions, settings and feed; the goals then also
 #                            print svcpf ÷ svcpf-base per phase
+#        svcpf-noact in SERVERS (after svcpf): svcpf's binary again with
+#                            activity.enabled: false, on 127.53.0.7:5306,
+#                            same sessions, settings and feed; svcpf keeps
+#                            activity on (the default) and publishes it to
+#                            the control plane's NATS; the goals then also
+#                            print svcpf ÷ svcpf-noact per phase (what
+#                            activity costs; docs/performance.md, Activity)
 #        SVCPF_UDP_SOCKETS=N, SVCPF_BASE_UDP_SOCKETS=N   dns.udp_sockets of
 #                            svcpf / svcpf-base (unset: the resolver's default)
 #        SVCPF_CMD='…'       run the resolver with this command line instead
@@ -151,7 +158,7 @@ outside() {
 		fi
 	fi
 	if [ $with_svcpf = 0 ]; then
-		SERVERS=$(for s in $SERVERS; do if [ "$s" != svcpf ]; then printf '%s ' "$s"; fi; done)
+		SERVERS=$(for s in $SERVERS; do if [ "$s" != svcpf ] && [ "$s" != svcpf-noact ]; then printf '%s ' "$s"; fi; done)
 		SERVERS=${SERVERS% }
 	fi
 	export SERVERS SVCPF_BIN SVCPF_BASE_BIN with_svcpf
@@ -215,7 +222,7 @@ inside() {
 		case $s in
 		unbound) start_unbound ;;
 		pdns | pdns-tuned) start_pdns "$s" ;;
-		svcpf | svcpf-base) ;;
+		svcpf | svcpf-base | svcpf-noact) ;;
 		*) log "unknown server $s"; exit 1 ;;
 		esac
 	done
@@ -230,7 +237,7 @@ inside() {
 			nats=$(cat "$WORK/nats.url")
 		fi
 		local name
-		for name in svcpf svcpf-base; do
+		for name in svcpf svcpf-base svcpf-noact; do
 			if [[ " $SERVERS " != *" $name "* ]]; then continue; fi
 			local t0=$SECONDS
 			start_svcpf "$nats" "$name"
@@ -248,7 +255,7 @@ inside() {
 		done
 	fi
 	for s in $SERVERS; do
-		if [ "$s" = svcpf ] || [ "$s" = svcpf-base ]; then continue; fi
+		if [ "$s" = svcpf ] || [ "$s" = svcpf-base ] || [ "$s" = svcpf-noact ]; then continue; fi
 		wait_dns "$s" 30 || { log "$s did not answer"; tail -n 20 "$WORK/$s/"*.log >&2; exit 1; }
 	done
 	for s in $SERVERS; do echo "   $s: $(version_of "$s") on ${ADDR[$s]}, pid ${PID[$s]}"; done
@@ -352,6 +359,8 @@ report() {
 					if (c[k, s] < bc) { bc = c[k, s]; bcn = s } }
 				if ((k, "svcpf-base") in q && q[k, "svcpf-base"] > 0 && c[k, "svcpf-base"] > 0)
 					printf "round %s %-8s svcpf vs svcpf-base: qps %.0f vs %.0f: %.2f×; CPU/query %.2f vs %.2f µs: %.2f×\n", r, p, q[k, "svcpf"], q[k, "svcpf-base"], q[k, "svcpf"] / q[k, "svcpf-base"], c[k, "svcpf"], c[k, "svcpf-base"], c[k, "svcpf"] / c[k, "svcpf-base"]
+				if ((k, "svcpf-noact") in q && q[k, "svcpf-noact"] > 0 && c[k, "svcpf-noact"] > 0)
+					printf "round %s %-8s activity on vs off (svcpf vs svcpf-noact): qps %.0f vs %.0f: %.3f×; CPU/query %.2f vs %.2f µs: %+.2f µs (%.3f×)\n", r, p, q[k, "svcpf"], q[k, "svcpf-noact"], q[k, "svcpf"] / q[k, "svcpf-noact"], c[k, "svcpf"], c[k, "svcpf-noact"], c[k, "svcpf"] - c[k, "svcpf-noact"], c[k, "svcpf"] / c[k, "svcpf-noact"]
 				if (bqn == "") continue
 				if (p == "miss") {
 					if ((k, "unbound") in c)

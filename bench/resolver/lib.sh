@@ -11,6 +11,7 @@
 #   pdns-recursor, tuned                127.53.0.4:5303
 #   svc-pf resolver                     127.53.0.5:5304 (API 127.53.0.5:8082)
 #   svc-pf resolver, SVCPF_BASE_BIN     127.53.0.6:5305 (API 127.53.0.6:8082)
+#   svc-pf resolver, activity off       127.53.0.7:5306 (API 127.53.0.7:8082)
 #   control plane (svc-pf all)          127.53.0.9 (NATS :4223, orgmanager :8080)
 #   dnsperf                             127.16.0.1 (subscriber 1), or 127.0.0.2
 #                                       rewritten to a random subscriber's
@@ -24,10 +25,12 @@ declare -A ADDR=(
 	[pdns-tuned]=127.53.0.4:5303
 	[svcpf]=127.53.0.5:5304
 	[svcpf-base]=127.53.0.6:5305
+	[svcpf-noact]=127.53.0.7:5306
 )
 declare -A HTTP=(
 	[svcpf]=127.53.0.5:8082
 	[svcpf-base]=127.53.0.6:8082
+	[svcpf-noact]=127.53.0.7:8082
 )
 SVCPF_HTTP=${HTTP[svcpf]}
 CP_HOST=127.53.0.9
@@ -230,14 +233,17 @@ EOF
 # $WORK/NAME.yaml (resolver.yaml for svcpf); SVCPF_CMD (run with bash -c,
 # SVCPF_CONFIG set to that file) replaces svcpf's command line. svcpf-base
 # is the same resolver from SVCPF_BASE_BIN (a build to compare against), on
-# its own address, following the same NATS and feed. SVCPF_UDP_SOCKETS and
-# SVCPF_BASE_UDP_SOCKETS set dns.udp_sockets of each (unset: the default).
-start_svcpf() { # NATS_URL (may be empty) [NAME: svcpf | svcpf-base]
+# its own address, following the same NATS and feed. svcpf-noact is
+# svcpf's binary with activity.enabled: false (svcpf keeps activity on, the
+# default, and publishes it to the same NATS), to measure what activity
+# costs. SVCPF_UDP_SOCKETS and SVCPF_BASE_UDP_SOCKETS set dns.udp_sockets
+# of svcpf (and svcpf-noact) and svcpf-base (unset: the default).
+start_svcpf() { # NATS_URL (may be empty) [NAME: svcpf | svcpf-base | svcpf-noact]
 	local nats=$1 name=${2:-svcpf}
 	local a=${ADDR[$name]} conf=$WORK/resolver.yaml
 	[ "$name" = svcpf ] || conf=$WORK/$name.yaml
 	local socks=${SVCPF_UDP_SOCKETS:-}
-	[ "$name" = svcpf ] || socks=${SVCPF_BASE_UDP_SOCKETS:-}
+	[ "$name" != svcpf-base ] || socks=${SVCPF_BASE_UDP_SOCKETS:-}
 	cat > "$conf" <<EOF
 dns:
   listen: ["$a"]
@@ -254,9 +260,12 @@ nats:
   url: "$nats"
 feeds:
   - {name: bench, url: "$WORK/feed", poll_interval: 5s}
+$([ "$name" != svcpf-noact ] || echo "activity: {enabled: false}")
 EOF
 	if [ "$name" = svcpf-base ]; then
 		"$SVCPF_BASE_BIN" resolver -c "$conf" > "$WORK/$name.log" 2>&1 &
+	elif [ "$name" = svcpf-noact ]; then
+		"$SVCPF_BIN" resolver -c "$conf" > "$WORK/$name.log" 2>&1 &
 	elif [ -n "${SVCPF_CMD:-}" ]; then
 		SVCPF_CONFIG="$conf" bash -c "exec $SVCPF_CMD" > "$WORK/svcpf.log" 2>&1 &
 	else
@@ -294,6 +303,7 @@ version_of() {
 	pdns | pdns-tuned) pdns_recursor --version 2>&1 | grep -o 'PowerDNS Recursor [^ ]*' | head -n1 ;;
 	svcpf) if [ -n "${SVCPF_CMD:-}" ]; then echo "SVCPF_CMD=$SVCPF_CMD"; else "$SVCPF_BIN" --version 2>/dev/null; fi ;;
 	svcpf-base) echo "$("$SVCPF_BASE_BIN" --version 2>/dev/null) ($SVCPF_BASE_BIN)" ;;
+	svcpf-noact) echo "$("$SVCPF_BIN" --version 2>/dev/null), activity.enabled: false" ;;
 	esac
 }
 

@@ -127,14 +127,36 @@ var batchMagic = [4]byte{'S', 'P', 'A', 1}
 // Unix nanoseconds. Strings longer than MaxStringLen are cut, categories
 // beyond MaxCategories left out: a batch always reads back.
 func AppendBatch(dst []byte, b *Batch) []byte {
+	dst = appendBatchHead(dst, b, len(b.Events))
+	for i := range b.Events {
+		dst = appendEvent(dst, &b.Events[i])
+	}
+	return appendBatchCounts(dst, b)
+}
+
+// AppendBatchEncoded is AppendBatch for a batch whose n events were
+// encoded already, one after another, by AppendEvent (events); b.Events
+// is not read. A node encodes each event as it is answered, into memory
+// it reuses, rather than keeping it as an Event.
+func AppendBatchEncoded(dst []byte, b *Batch, n int, events []byte) []byte {
+	dst = appendBatchHead(dst, b, n)
+	dst = append(dst, events...)
+	return appendBatchCounts(dst, b)
+}
+
+// AppendEvent appends one event's encoding, as a batch holds it (see
+// AppendBatchEncoded).
+func AppendEvent(dst []byte, e *Event) []byte { return appendEvent(dst, e) }
+
+func appendBatchHead(dst []byte, b *Batch, events int) []byte {
 	dst = append(dst, batchMagic[:]...)
 	dst = appendString(dst, b.Node)
 	dst = binary.AppendUvarint(dst, b.Boot)
 	dst = binary.AppendUvarint(dst, b.Seq)
-	dst = binary.AppendUvarint(dst, uint64(len(b.Events)))
-	for i := range b.Events {
-		dst = appendEvent(dst, &b.Events[i])
-	}
+	return binary.AppendUvarint(dst, uint64(events))
+}
+
+func appendBatchCounts(dst []byte, b *Batch) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(b.Counts)))
 	for i := range b.Counts {
 		c := &b.Counts[i]

@@ -126,3 +126,19 @@ func TestConfig(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// TestAppendBatchEncoded: a batch of events encoded one by one (as a
+// node's observer does) is the same bytes as AppendBatch's.
+func TestAppendBatchEncoded(t *testing.T) {
+	b := sampleBatch()
+	var evs []byte
+	for i := range b.Events {
+		evs = activity.AppendEvent(evs, &b.Events[i])
+	}
+	want := activity.AppendBatch(nil, &b)
+	noEvents := b
+	noEvents.Events = nil
+	if got := activity.AppendBatchEncoded(nil, &noEvents, len(b.Events), evs); string(got) != string(want) {
+		t.Fatalf("AppendBatchEncoded differs from AppendBatch:\n%x\n%x", got, want)
+	}
+}

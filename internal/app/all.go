@@ -58,9 +58,9 @@ type AllConfig struct {
 	RPZ []rpz.ZoneConfig `yaml:"rpz"`
 	// Region is the node's region (the simulator's info payload).
 	Region string `yaml:"region"`
-	// Activity is the activity section: the node's observer and the
-	// collector, which stores into <data_dir>/activity unless
-	// activity.store.url says otherwise.
+	// Activity is the activity section (docs/activity.md): the node's
+	// observer and the collector, which stores into <data_dir>/activity
+	// unless activity.store.url says otherwise.
 	Activity activity.Config `yaml:"activity"`
 }
 
@@ -86,6 +86,7 @@ func DefaultAllConfig() AllConfig {
 func allResolverConfig() ResolverConfig {
 	c := DefaultResolverConfig()
 	c.HTTP = httpapi.Config{}
+	c.Activity = activity.Config{} // at the top level
 	return c
 }
 
@@ -104,9 +105,13 @@ func (c *AllConfig) Validate() error {
 	if len(c.Simulator.RPZ) > 0 {
 		errs = append(errs, errors.New("simulator.rpz: under svc-pf all the RPZ zones are set at the top level (rpz:), shared by the simulator and the resolver"))
 	}
-	errs = append(errs, rpz.Config{Zones: c.RPZ}.Validate(), prefixed("activity", c.Activity.Validate()))
+	errs = append(errs, rpz.Config{Zones: c.RPZ}.Validate())
 	if len(c.Resolver.Feeds) > 0 || len(c.Resolver.RPZ) > 0 || c.Resolver.Region != "" {
 		errs = append(errs, errors.New("resolver.feeds, resolver.rpz, resolver.region: under svc-pf all these node keys are set at the top level, shared by the simulator and the resolver"))
+	}
+	errs = append(errs, prefixed("activity", c.Activity.Validate()))
+	if c.Resolver.Activity != (activity.Config{}) {
+		errs = append(errs, errors.New("resolver.activity: under svc-pf all activity is set at the top level (activity:)"))
 	}
 	if c.Resolver.HTTP != (httpapi.Config{}) {
 		errs = append(errs, errors.New("resolver.http: under svc-pf all the resolver's API and /metrics are served on the node listener; set node.http instead"))
@@ -186,6 +191,9 @@ type All struct {
 	announcer *nodehealth.Announcer
 	conns     []*nats.Conn
 	lock      *filelock.Lock // the data directory's
+
+	// activity is the node's side of activity.
+	activity *nodeActivity
 }
 
 // StartAll starts the embedded NATS server and builds both services.
@@ -303,7 +311,10 @@ func StartAll(ctx context.Context, cfg AllConfig, v Version, log *slog.Logger) (
 	if err != nil {
 		return fail(err)
 	}
-	if a.Resolver, err = StartResolver(cfg.Resolver, n, v, reg, log); err != nil {
+	if a.activity, err = startNodeActivity(cfg.Activity, nodeName(cfg.Node.AnnounceConfig, "all"), v, ncNode, reg, nodeLog); err != nil {
+		return fail(err)
+	}
+	if a.Resolver, err = StartResolver(cfg.Resolver, n, v, reg, log, a.activity.Observer); err != nil {
 		return fail(err)
 	}
 	// The resolver's PowerDNS-compatible API is served on the node listener.
@@ -334,7 +345,7 @@ func (a *All) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	services := []func(context.Context) error{a.IPMapper.Run, a.OrgManager.Run, a.Node.Run, a.Simulator.Run, a.Resolver.DNS.Run,
-		a.announcer.Run, a.Activity.Run}
+		a.announcer.Run, a.Activity.Run, a.activity.Run}
 	errc := make(chan error, len(services))
 	for _, run := range services {
 		go func() { errc <- run(ctx) }()

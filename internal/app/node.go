@@ -126,6 +126,16 @@ func (c AnnounceConfig) validate() error {
 	return errors.Join(errs...)
 }
 
+// nodeName is the node's name: node.name, else <hostname>-<service>. Its
+// heartbeat and its activity go by it.
+func nodeName(cfg AnnounceConfig, service string) string {
+	if cfg.Name != "" {
+		return cfg.Name
+	}
+	host, _ := os.Hostname()
+	return nodehealth.DefaultName(host, service)
+}
+
 // newAnnouncer builds the node's announcer under the name cfg gives it or
 // <hostname>-<service>; nil without NATS, where nobody would read it.
 func newAnnouncer(cfg AnnounceConfig, service string, services []string, n *node.Node, nc *nats.Conn, v Version,
@@ -133,11 +143,7 @@ func newAnnouncer(cfg AnnounceConfig, service string, services []string, n *node
 	if nc == nil {
 		return nil, nil
 	}
-	name := cfg.Name
-	if name == "" {
-		host, _ := os.Hostname()
-		name = nodehealth.DefaultName(host, service)
-	}
+	name := nodeName(cfg, service)
 	a, err := nodehealth.NewAnnouncer(nodehealth.AnnouncerConfig{NATS: nc, Name: name, Services: services,
 		Version: string(v), Interval: cfg.Heartbeat, Snapshot: nodeSnapshot(n), Logger: log})
 	if err != nil {

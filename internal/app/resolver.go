@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/svc-pf/svc-pf/internal/activity"
 	"github.com/svc-pf/svc-pf/internal/httpapi"
 	"github.com/svc-pf/svc-pf/internal/node"
 	"github.com/svc-pf/svc-pf/internal/readmodel/feeds"
@@ -83,6 +84,9 @@ type ResolverConfig struct {
 	// Node is how the resolver's node announces itself to the orgmanager
 	// (node.name, node.heartbeat); under `svc-pf all` set in node: instead.
 	Node AnnounceConfig `yaml:"node"`
+	// Activity is what the node keeps of the queries it answers
+	// (docs/activity.md); at the top level under `svc-pf all`.
+	Activity activity.Config `yaml:"activity"`
 }
 
 // DefaultResolverConfig is what runs when the file sets nothing.
@@ -91,6 +95,8 @@ func DefaultResolverConfig() ResolverConfig {
 		DNS:  DNSConfig{Listen: []string{"127.0.0.1:5353"}, Cache: cache.DefaultConfig()},
 		HTTP: httpapi.Config{Address: "127.0.0.1:8082"},
 		Log:  LogConfig{Level: "info"},
+
+		Activity: activity.DefaultConfig(),
 	}
 	return c
 }
@@ -152,6 +158,9 @@ func (c *ResolverConfig) parse() (resolverSettings, error) {
 		errs = append(errs, fmt.Errorf("dns.udp_batch: %d is not within 0…%d", c.DNS.UDPBatch, resolver.MaxUDPBatch))
 	}
 	errs = append(errs, prefixed("dns", c.DNS.Cache.Validate()), c.Log.validate(), c.Node.validate())
+	if c.Activity != (activity.Config{}) { // unset under `svc-pf all`, which has its own
+		errs = append(errs, prefixed("activity", c.Activity.Validate()))
+	}
 	return s, errors.Join(errs...)
 }
 
@@ -182,10 +191,12 @@ type Resolver struct {
 	API *api.API
 }
 
-// StartResolver binds the DNS listeners, deciding with the node's engine,
-// and builds the PowerDNS-compatible statistics API, to be mounted on a
+// StartResolver binds the DNS listeners, deciding with the node's engine
+// and reporting every answered query to obs (none: no observer), and
+// builds the PowerDNS-compatible statistics API, to be mounted on a
 // router.
-func StartResolver(cfg ResolverConfig, n *node.Node, v Version, reg prometheus.Registerer, log *slog.Logger) (*Resolver, error) {
+func StartResolver(cfg ResolverConfig, n *node.Node, v Version, reg prometheus.Registerer, log *slog.Logger,
+	obs ...resolver.Observer) (*Resolver, error) {
 	s, err := cfg.parse()
 	if err != nil {
 		return nil, err
@@ -197,6 +208,7 @@ func StartResolver(cfg ResolverConfig, n *node.Node, v Version, reg prometheus.R
 		BlockTTL: cfg.DNS.Block.TTL, Cache: cfg.DNS.Cache, Engine: n.Engine(), Generation: n.Generation,
 		Version: string(v), Logger: log, Registerer: reg,
 		ClientMaxInFlight: cfg.DNS.MaxInFlightPerClient, TCPMaxQueriesPerConnection: cfg.DNS.TCP.MaxQueriesPerConnection,
+		Observer: observerOf(obs),
 	})
 	if err != nil {
 		return nil, err
@@ -229,7 +241,11 @@ func RunResolver(ctx context.Context, cfg ResolverConfig, v Version, log *slog.L
 	if err != nil {
 		return err
 	}
-	res, err := StartResolver(cfg, n, v, reg, log)
+	act, err := startNodeActivity(cfg.Activity, nodeName(cfg.Node, "resolver"), v, nc, reg, log.With("service", "resolver"))
+	if err != nil {
+		return err
+	}
+	res, err := StartResolver(cfg, n, v, reg, log, act.Observer)
 	if err != nil {
 		return err
 	}
@@ -248,10 +264,13 @@ func RunResolver(ctx context.Context, cfg ResolverConfig, v Version, log *slog.L
 	dnsDone := make(chan error, 1)
 	go func() { dnsDone <- res.DNS.Run(ctx) }()
 	announced := runAnnouncer(ctx, ann)
+	actDone := make(chan error, 1)
+	go func() { actDone <- act.Run(ctx) }()
 	err = listener.Run(ctx)
 	cancel()
 	err = errors.Join(err, <-dnsDone)
 	announced()
+	err = errors.Join(err, <-actDone)
 	if err == nil {
 		log.Info("svc-pf resolver stopped")
 	}

@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/svc-pf/svc-pf/internal/policy"
+	"github.com/svc-pf/svc-pf/internal/resolver/stats"
 )
 
 // Observer is told of every query the resolver answered, from every
@@ -142,13 +143,37 @@ func summarize(s *Summary, d *policy.Decision) {
 // hit, without allocating (the rule is a view of the entry's bytes, which
 // are never modified).
 var (
-	noteVerdicts = [...]policy.Verdict{"", policy.VerdictAllow, policy.VerdictBlock, policy.VerdictRedirect}
+	// The verdict's and reason's indices are those of
+	// svcpf_resolver_decisions_total (stats.Decided), which a hit counts
+	// from the note's first bytes.
+	noteVerdicts = stats.Verdicts
 	noteActions  = [...]policy.Action{"", policy.ActionAllow, policy.ActionNXDomain, policy.ActionNoData,
 		policy.ActionRefused, policy.ActionDrop, policy.ActionTruncate, policy.ActionRedirect, policy.ActionCNAME}
-	noteReasons = [...]policy.Reason{"", policy.ReasonFilteringOff, policy.ReasonAllowlist, policy.ReasonRPZ,
-		policy.ReasonBlocklist, policy.ReasonPaused, policy.ReasonSafeSearch, policy.ReasonCategory,
-		policy.ReasonNetwork, policy.ReasonDefault}
+	noteReasons = stats.Reasons
 )
+
+// noteHead is a decision's verdict, action and reason as indices of the
+// note's tables: what the packet cache keeps beside an answer when there
+// is no observer (svcpf_resolver_decisions_total counts the hits by it).
+type noteHead [3]byte
+
+func headOf(d *policy.Decision) noteHead {
+	return noteHead{indexOf(noteVerdicts[:], d.Verdict), indexOf(noteActions[:], d.Action), indexOf(noteReasons[:], d.Reason)}
+}
+
+// appendHeadNote appends the note of a decision known only by its head:
+// no categories, fingerprint or rule.
+func appendHeadNote(dst []byte, h noteHead) []byte {
+	return append(dst, h[0], h[1], h[2], 0, 0)
+}
+
+// countNote counts a packet-cache hit's decision from its note (nothing
+// when the answer was stored without one).
+func countNote(sh *stats.Shard, note []byte) {
+	if len(note) >= 4 {
+		sh.Decided(note[0], note[2])
+	}
+}
 
 // noteMaxCategories bounds the codes a note keeps (a count byte), and
 // noteMaxPolicy the fingerprint's bytes (16 hex digits in practice).

@@ -57,7 +57,9 @@ import (
 //  9. the reply, sized for the client, stored in the packet cache under the
 //     policy's key (its lifetime cut at the next minute when the policy has
 //     schedules, whose windows open and close on minutes), with the
-//     decision's summary beside it when there is an observer.
+//     decision's summary beside it (its verdict, action and reason only
+//     when there is no observer: svcpf_resolver_decisions_total counts the
+//     hits by them).
 //  10. the observer (Config.Observer), once the reply is handed to the
 //     transport: from the adapter's goroutine for what the entry answered
 //     itself (a packet-cache hit reports the summary stored with it), from
@@ -81,6 +83,20 @@ type query struct {
 	// fromRecords: the record cache answered where the forwarders would
 	// have been asked.
 	fromRecords bool
+	// head is the decision that shaped the reply (zero: none), which the
+	// packet cache keeps beside it.
+	head noteHead
+}
+
+// decided counts the decision that shaped q's reply
+// (svcpf_resolver_decisions_total) and keeps it for the packet cache and
+// the observer.
+func (q *query) decided(d *policy.Decision) {
+	q.head = headOf(d)
+	q.shard.Decided(q.head[0], q.head[2])
+	if q.sum != nil {
+		summarize(q.sum, d)
+	}
 }
 
 // resolve answers q; a nil reply means drop.
@@ -118,9 +134,7 @@ func (r *Resolver) resolve(ctx context.Context, q *query) *dns.Msg {
 		in.Domain = "."
 	}
 	policy.DecideInto(d, in, p, v.Categories)
-	if q.sum != nil {
-		defer summarize(q.sum, d) // the last decision, whichever return it takes
-	}
+	defer q.decided(d) // the last decision, whichever return it takes
 	if d.Verdict != policy.VerdictAllow {
 		r.countPolicy(q.shard, d, v.RPZ != nil)
 		return r.blockedReply(ctx, req, q, d, p)

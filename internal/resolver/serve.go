@@ -157,6 +157,7 @@ func (f *front) serve(w replier, rq *request, v *policy.View, i int, dst []byte)
 			if ok && (!rq.transport.Datagram() || len(ans) <= q.EDNS.MaxUDP()) {
 				dnswire.PatchHeader(ans, q)
 				sh.PacketCacheHit(int(ans[3] & 0x0f))
+				countNote(sh, note)
 				if r.obs != nil {
 					f.observe(rq, v, client, int(ans[3]&0x0f), ans, note, CachedPacket)
 				}
@@ -265,7 +266,7 @@ func (r *Resolver) slowPath(w replier, sh *stats.Shard, t policy.Transport, pkt,
 		clampToMinute(wire, r.now())
 	}
 	if len(key) > 0 && cacheable(req, reply) {
-		r.storePacket(key, wire, ob)
+		r.storePacket(key, wire, ob, q.head)
 	}
 	_ = w.send(sc, wire, from)
 	sh.Replied(reply.Rcode, r.now().Sub(start))
@@ -301,19 +302,22 @@ func (r *Resolver) formErr(w replier, sh *stats.Shard, t policy.Transport, pkt [
 
 // storePacket stores a miss's reply under the key bytes slowPath was
 // handed, with the decision's summary when there is an observer to report
-// it on the hits. Out of slowPath's frame: the key's array is on the
+// it on the hits, else its head (for svcpf_resolver_decisions_total). Out of slowPath's frame: the key's array is on the
 // stack only while the entry is stored, not under the whole miss.
 //
 //go:noinline
-func (r *Resolver) storePacket(keyBytes, wire []byte, ob *slowObs) {
+func (r *Resolver) storePacket(keyBytes, wire []byte, ob *slowObs, head noteHead) {
 	var key cache.PacketKey
 	if !key.SetBytes(keyBytes) {
 		return
 	}
 	var note []byte
-	if ob != nil {
-		var buf [512]byte
+	var buf [512]byte
+	switch {
+	case ob != nil:
 		note = appendNote(buf[:0], &ob.ev.Decision)
+	case head[0] != 0:
+		note = appendHeadNote(buf[:0], head)
 	}
 	_, _ = r.packets.Put(&key, wire, note, r.now())
 }

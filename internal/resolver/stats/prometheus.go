@@ -16,6 +16,9 @@ type collector struct {
 	descs   []*prometheus.Desc
 	info    *prometheus.Desc
 	version string
+	// decisions is svcpf_resolver_decisions_total: svc-pf's own verdicts,
+	// which the PowerDNS names have no place for.
+	decisions *prometheus.Desc
 }
 
 func newCollector(c *Counters, version string) *collector {
@@ -23,6 +26,9 @@ func newCollector(c *Counters, version string) *collector {
 	for i := range defs {
 		col.descs[i] = prometheus.NewDesc(PrometheusName(defs[i].name), defs[i].help, nil, nil)
 	}
+	col.decisions = prometheus.NewDesc("svcpf_resolver_decisions_total",
+		"Queries the resolver decided, by the decision's verdict (allow, block, redirect) and reason (docs/policy.md), packet-cache hits included; queries answered without a decision (FORMERR, CHAOS, refused for capacity) are not counted.",
+		[]string{"verdict", "reason"}, nil)
 	if version != "" {
 		col.info = prometheus.NewDesc("pdns_recursor_info", "Info from the resolver, value is always 1.", []string{"version"}, nil)
 	}
@@ -53,6 +59,7 @@ func (col *collector) Describe(ch chan<- *prometheus.Desc) {
 	if col.info != nil {
 		ch <- col.info
 	}
+	ch <- col.decisions
 }
 
 func (col *collector) Collect(ch chan<- prometheus.Metric) {
@@ -65,5 +72,15 @@ func (col *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if col.info != nil {
 		ch <- prometheus.MustNewConstMetric(col.info, prometheus.GaugeValue, 1, col.version)
+	}
+	// Every verdict and reason, zeros included: 27 series, always there.
+	for v := 1; v < len(Verdicts); v++ {
+		for r := 1; r < len(Reasons); r++ {
+			var n uint64
+			for i := range col.c.shards {
+				n += col.c.shards[i].decisions[v*len(Reasons)+r].Load()
+			}
+			ch <- prometheus.MustNewConstMetric(col.decisions, prometheus.CounterValue, float64(n), string(Verdicts[v]), string(Reasons[r]))
+		}
 	}
 }

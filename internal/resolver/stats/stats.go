@@ -99,6 +99,9 @@ type Shard struct {
 	_ [cacheLine]byte // nothing of the previous shard on our lines
 
 	v [numCounters]atomic.Uint64
+	// decisions counts svcpf_resolver_decisions_total by verdict and
+	// reason (Verdicts, Reasons: index v*len(Reasons)+r).
+	decisions [numDecisions]atomic.Uint64
 	// ewma is this shard's exponentially weighted average latency in µs
 	// (float64 bits), PowerDNS's avgLatencyUsec.
 	ewma atomic.Uint64
@@ -108,7 +111,47 @@ type Shard struct {
 	alpha   float64
 	capUsec int64
 
-	_ [cacheLine - (int(numCounters)*8+8+8+8)%cacheLine]byte
+	_ [cacheLine - (int(numCounters)*8+numDecisions*8+8+8+8)%cacheLine]byte
+}
+
+// Verdicts and Reasons are the labels of svcpf_resolver_decisions_total,
+// by the index Decided takes ("" at 0: no decision). The resolver keeps a
+// decision beside a packet-cache entry by these indices too, so that a
+// hit is counted without comparing strings.
+var (
+	Verdicts = [...]policy.Verdict{"", policy.VerdictAllow, policy.VerdictBlock, policy.VerdictRedirect}
+	Reasons  = [...]policy.Reason{"", policy.ReasonFilteringOff, policy.ReasonAllowlist, policy.ReasonRPZ,
+		policy.ReasonBlocklist, policy.ReasonPaused, policy.ReasonSafeSearch, policy.ReasonCategory,
+		policy.ReasonNetwork, policy.ReasonDefault}
+)
+
+const numDecisions = len(Verdicts) * len(Reasons)
+
+// Decided counts a decision (svcpf_resolver_decisions_total) by its
+// verdict's and reason's index in Verdicts and Reasons; an index out of
+// them, or 0 (none), is not counted.
+func (s *Shard) Decided(verdict, reason uint8) {
+	if verdict == 0 || reason == 0 || int(verdict) >= len(Verdicts) || int(reason) >= len(Reasons) {
+		return
+	}
+	s.decisions[int(verdict)*len(Reasons)+int(reason)].Add(1)
+}
+
+// Decisions is svcpf_resolver_decisions_total for one verdict and reason,
+// summed over the shards.
+func (c *Counters) Decisions(verdict policy.Verdict, reason policy.Reason) uint64 {
+	for v := range Verdicts {
+		for r := range Reasons {
+			if Verdicts[v] == verdict && Reasons[r] == reason {
+				var n uint64
+				for i := range c.shards {
+					n += c.shards[i].decisions[v*len(Reasons)+r].Load()
+				}
+				return n
+			}
+		}
+	}
+	return 0
 }
 
 // New returns zeroed Counters and registers their collector on

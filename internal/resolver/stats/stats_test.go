@@ -439,6 +439,9 @@ func TestPrometheus(t *testing.T) {
 	c := newCounters(t, Config{Registerer: reg, Version: "v1.2.3", CacheEntries: func() uint64 { return 42 }})
 	c.Shard(0).Add(AllOutqueries, 7)
 	c.Shard(0).Inc(TCPClients)
+	c.Shard(1).Decided(2, 7) // block, category
+	c.Shard(0).Decided(2, 7)
+	c.Shard(0).Decided(0, 7) // no verdict: not counted
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -447,8 +450,24 @@ func TestPrometheus(t *testing.T) {
 	for _, mf := range mfs {
 		byName[mf.GetName()] = mf
 	}
-	if len(byName) != len(defs)+1 {
-		t.Errorf("%d families, want %d", len(byName), len(defs)+1)
+	if len(byName) != len(defs)+2 {
+		t.Errorf("%d families, want %d (the statistics, pdns_recursor_info, svcpf_resolver_decisions_total)", len(byName), len(defs)+2)
+	}
+	if mf := byName["svcpf_resolver_decisions_total"]; mf == nil || len(mf.GetMetric()) != 27 {
+		t.Errorf("svcpf_resolver_decisions_total: %v, want 27 series (3 verdicts × 9 reasons)", mf)
+	} else {
+		for _, m := range mf.GetMetric() {
+			want := 0.0
+			if l := m.GetLabel(); l[0].GetValue() == "category" && l[1].GetValue() == "block" {
+				want = 2
+			}
+			if m.GetCounter().GetValue() != want {
+				t.Errorf("svcpf_resolver_decisions_total%v = %v, want %v", m.GetLabel(), m.GetCounter().GetValue(), want)
+			}
+		}
+	}
+	if n := c.Decisions("block", "category"); n != 2 {
+		t.Errorf("Decisions(block, category) = %d, want 2", n)
 	}
 	for _, d := range defs {
 		mf := byName[PrometheusName(d.name)]

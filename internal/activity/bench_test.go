@@ -1,0 +1,104 @@
+package activity
+
+import (
+	"net/netip"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/svc-pf/svc-pf/internal/policy"
+	"github.com/svc-pf/svc-pf/internal/resolver"
+)
+
+// benchRecorder is a recorder whose queue is never full.
+func benchRecorder(b *testing.B, sample int, clientIP string) *Recorder {
+	b.Helper()
+	cfg := DefaultConfig()
+	cfg.SampleAllowed, cfg.ClientIP = sample, clientIP
+	cfg.Queue = 1 << 30 // never full: every block is encoded
+	r, err := NewRecorder(RecorderConfig{Config: cfg, Node: "bench-node"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return r
+}
+
+// BenchmarkAnswered is Recorder.Answered's cost on the query path, from
+// parallel goroutines (as UDP readers and slow-path goroutines call it):
+// a plain allow (counted; 1 in 50 sampled, the default), a plain allow
+// from a million subscribers, and a block (encoded as an event; by each
+// client_ip mode), while the publisher's part takes the events.
+func BenchmarkAnswered(b *testing.B) {
+	subs := func(i uint32) resolver.Subscriber {
+		return resolver.Subscriber{Org: "bench-" + string(rune('a'+i%64)), SessionID: "s" + itoa(i), Username: "u" + itoa(i)}
+	}
+	const nsubs = 1 << 20
+	table := make([]resolver.Subscriber, nsubs)
+	for i := range table {
+		table[i] = subs(uint32(i))
+	}
+	run := func(b *testing.B, r *Recorder, verdict policy.Verdict, reason policy.Reason, many bool) {
+		// The publisher's part: take the queued events every 10 ms.
+		stop, done := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(done)
+			var t taken
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(10 * time.Millisecond):
+					r.takeEvents(&t)
+				}
+			}
+		}()
+		defer func() { close(stop); <-done }()
+		var next atomic.Uint32
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			g := next.Add(1)
+			a := resolver.Answered{Name: "h9.bench.test.", Type: 1, Transport: policy.TransportUDP,
+				Client:     netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 16, 0, byte(g)}), 40000),
+				Subscriber: table[1], Took: 3 * time.Microsecond, Cached: resolver.CachedPacket,
+				Decision: resolver.Summary{Verdict: verdict, Action: policy.ActionAllow, Reason: reason, Policy: "0123456789abcdef"}}
+			if verdict == policy.VerdictBlock {
+				a.Decision.Action, a.Decision.Rule, a.Decision.Categories = policy.ActionNXDomain, "category:1 feed=bench key=h9.bench.test", []uint16{1}
+			}
+			i := g * 7919
+			for pb.Next() {
+				if many {
+					i = i*1664525 + 1013904223
+					s := i % nsubs
+					a.Subscriber = table[s]
+					a.Client = netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 16 + byte(s>>16), byte(s >> 8), byte(s)}), 40000)
+				}
+				r.Answered(&a)
+			}
+		})
+	}
+	b.Run("plain-allow", func(b *testing.B) {
+		run(b, benchRecorder(b, 50, ClientFull), policy.VerdictAllow, policy.ReasonDefault, false)
+	})
+	b.Run("plain-allow-1M-subscribers", func(b *testing.B) {
+		run(b, benchRecorder(b, 50, ClientFull), policy.VerdictAllow, policy.ReasonDefault, true)
+	})
+	for _, mode := range []string{ClientFull, ClientTruncate, ClientHash, ClientNone} {
+		b.Run("block-"+mode, func(b *testing.B) {
+			run(b, benchRecorder(b, 50, mode), policy.VerdictBlock, policy.ReasonCategory, false)
+		})
+	}
+}
+
+func itoa(i uint32) string {
+	var buf [10]byte
+	n := len(buf)
+	for {
+		n--
+		buf[n] = byte('0' + i%10)
+		i /= 10
+		if i == 0 {
+			break
+		}
+	}
+	return string(buf[n:])
+}
