@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/svc-pf/svc-pf/internal/activity"
 	"github.com/svc-pf/svc-pf/internal/activity/collector"
@@ -29,6 +30,11 @@ type ActivityConfig struct {
 	// activity.store.url is empty.
 	DataDir  string          `yaml:"data_dir"`
 	Activity activity.Config `yaml:"activity"`
+
+	// Registry gets the collector's metrics (not a file key): under
+	// `svc-pf all` the node listener's, which serves them; nil, a
+	// registry of the collector's own listener.
+	Registry *prometheus.Registry `yaml:"-"`
 }
 
 // DefaultActivityConfig is what runs when the file sets nothing.
@@ -103,7 +109,10 @@ func StartActivity(ctx context.Context, cfg ActivityConfig, nc *nats.Conn, v Ver
 	if err != nil {
 		return nil, err
 	}
-	reg := newRegistry()
+	reg := cfg.Registry
+	if reg == nil {
+		reg = newRegistry()
+	}
 	col, err := collector.New(collector.Config{JS: js, Activity: cfg.Activity, Store: st, Registerer: reg, Logger: log})
 	if err != nil {
 		_ = st.Close()

@@ -14,7 +14,8 @@ import (
 // stream, the in-process collector, the day files under the data
 // directory — and comes back out of the orgmanager's reports with the
 // subscriber, the reason and the rule; the summary counts it, with the
-// subscriber's plain allows; the node's decisions counter counted both.
+// subscriber's plain allows; the node's decisions counter counted both,
+// and the node listener shows the recorder's and the collector's metrics.
 func TestAllActivityEndToEnd(t *testing.T) {
 	cfg := testAllConfig(t)
 	cfg.Resolver.Forwarders = []string{startUpstream(t)}
@@ -68,7 +69,8 @@ func TestAllActivityEndToEnd(t *testing.T) {
 
 	_, metrics := get(t, "http://"+all.Node.Addr().String()+"/metrics", "")
 	for _, want := range []string{`svcpf_resolver_decisions_total{reason="blocklist",verdict="block"}`,
-		`svcpf_resolver_decisions_total{reason="default",verdict="allow"}`} {
+		`svcpf_resolver_decisions_total{reason="default",verdict="allow"}`, "svcpf_activity_events_published_total",
+		"svcpf_activity_stored_events_total"} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("the node's /metrics has no %s", want)
 		}

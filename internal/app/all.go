@@ -274,7 +274,9 @@ func StartAll(ctx context.Context, cfg AllConfig, v Version, log *slog.Logger) (
 	if err != nil {
 		return fail(err)
 	}
-	if a.Activity, err = StartActivity(ctx, ActivityConfig{DataDir: cfg.DataDir, Activity: cfg.Activity}, ncActivity, v, log); err != nil {
+	// The node listener serves the collector's metrics beside the node's.
+	reg := newRegistry()
+	if a.Activity, err = StartActivity(ctx, ActivityConfig{DataDir: cfg.DataDir, Activity: cfg.Activity, Registry: reg}, ncActivity, v, log); err != nil {
 		return fail(err)
 	}
 	cfg.OrgManager.ActivityReader = a.Activity.Store
@@ -303,7 +305,6 @@ func StartAll(ctx context.Context, cfg AllConfig, v Version, log *slog.Logger) (
 		return fail(err)
 	}
 	nodeLog := log.With("service", "node")
-	reg := newRegistry()
 	// One node, so one policy engine, for the resolver and the simulator:
 	// a policy compiled for one is cached for the other.
 	n, err := node.New(node.Config{Feeds: cfg.Feeds, RPZ: cfg.RPZ, NATS: ncNode, SessionsBucket: cfg.IPMapper.Sessions.Bucket,
