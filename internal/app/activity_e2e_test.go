@@ -13,8 +13,8 @@ import (
 // resolver's observer, the node's recorder and publisher, the ACTIVITY
 // stream, the in-process collector, the day files under the data
 // directory — and comes back out of the orgmanager's reports with the
-// subscriber, the reason and the rule; the summary counts it, with the
-// subscriber's plain allows; the node's decisions counter counted both,
+// subscriber, the reason and the rule; the summary counts it; the node's
+// decisions counter counted it and the plain allows,
 // and the node listener shows the recorder's and the collector's metrics.
 func TestAllActivityEndToEnd(t *testing.T) {
 	cfg := testAllConfig(t)
