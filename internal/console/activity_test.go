@@ -66,12 +66,6 @@ func (f *fakeActivity) Events(_ context.Context, q activity.EventQuery) (activit
 	return page, nil
 }
 
-func (f *fakeActivity) lastEvents() activity.EventQuery {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.events[len(f.events)-1]
-}
-
 func (f *fakeActivity) Summary(_ context.Context, q activity.SummaryQuery) (activity.Summary, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
