@@ -7,9 +7,8 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
-	"slices"
-	"strconv"
-	"strings"
+
+	"github.com/svc-pf/svc-pf/internal/sqlmigrate"
 )
 
 //go:embed migrations
@@ -22,45 +21,6 @@ const (
 	lockClassMigrate  = 0x73766370
 	lockClassPrefixes = 0x73766371
 )
-
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
-
-// loadMigrations reads migrations/<dialect>/NNNN_name.sql in version order.
-func loadMigrations(fsys fs.FS, dialect string) ([]migration, error) {
-	dir := path.Join("migrations", dialect)
-	entries, err := fs.ReadDir(fsys, dir)
-	if err != nil {
-		return nil, fmt.Errorf("orgstore: migrations for %s: %w", dialect, err)
-	}
-	var out []migration
-	for _, e := range entries {
-		name := e.Name()
-		if e.IsDir() || !strings.HasSuffix(name, ".sql") {
-			continue
-		}
-		num, _, ok := strings.Cut(name, "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil || v <= 0 {
-			return nil, fmt.Errorf("orgstore: migration %s/%s: name must be NNNN_description.sql", dir, name)
-		}
-		body, err := fs.ReadFile(fsys, path.Join(dir, name))
-		if err != nil {
-			return nil, fmt.Errorf("orgstore: migration %s/%s: %w", dir, name, err)
-		}
-		out = append(out, migration{version: v, name: name, sql: string(body)})
-	}
-	slices.SortFunc(out, func(a, b migration) int { return a.version - b.version })
-	for i := 1; i < len(out); i++ {
-		if out[i].version == out[i-1].version {
-			return nil, fmt.Errorf("orgstore: migrations %s and %s share version %d", out[i-1].name, out[i].name, out[i].version)
-		}
-	}
-	return out, nil
-}
 
 // migrate applies the pending migrations in one transaction: all or none.
 // SQLite: the transaction is BEGIN IMMEDIATE, so concurrent starters queue on
@@ -78,9 +38,9 @@ func migrate(ctx context.Context, db *sql.DB, dialect string, nowMicros int64) e
 
 // migrateFS is migrate with the migrations read from fsys.
 func migrateFS(ctx context.Context, db *sql.DB, fsys fs.FS, dialect string, nowMicros int64) error {
-	ms, err := loadMigrations(fsys, dialect)
+	ms, err := sqlmigrate.Load(fsys, path.Join("migrations", dialect))
 	if err != nil {
-		return err
+		return fmt.Errorf("orgstore: %w", err)
 	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
@@ -119,7 +79,7 @@ func migrateFS(ctx context.Context, db *sql.DB, fsys fs.FS, dialect string, nowM
 	}
 	known := 0
 	if len(ms) > 0 {
-		known = ms[len(ms)-1].version
+		known = ms[len(ms)-1].Version
 	}
 	for v := range applied {
 		if v > known {
@@ -127,15 +87,15 @@ func migrateFS(ctx context.Context, db *sql.DB, fsys fs.FS, dialect string, nowM
 		}
 	}
 	for _, m := range ms {
-		if applied[m.version] {
+		if applied[m.Version] {
 			continue
 		}
-		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
-			return fmt.Errorf("orgstore: migration %s/%s: %w", dialect, m.name, err)
+		if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
+			return fmt.Errorf("orgstore: migration %s/%s: %w", dialect, m.Name, err)
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)`,
-			m.version, m.name, nowMicros); err != nil {
-			return fmt.Errorf("orgstore: migration %s/%s: %w", dialect, m.name, err)
+			m.Version, m.Name, nowMicros); err != nil {
+			return fmt.Errorf("orgstore: migration %s/%s: %w", dialect, m.Name, err)
 		}
 	}
 	if err := tx.Commit(); err != nil {

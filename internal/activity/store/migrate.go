@@ -5,49 +5,13 @@ import (
 	"database/sql"
 	"embed"
 	"fmt"
-	"io/fs"
 	"path"
-	"slices"
-	"strconv"
-	"strings"
+
+	"github.com/svc-pf/svc-pf/internal/sqlmigrate"
 )
 
 //go:embed migrations
 var migrationFiles embed.FS
-
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
-
-// loadMigrations reads migrations/<set>/NNNN_name.sql in version order.
-func loadMigrations(fsys fs.FS, set string) ([]migration, error) {
-	dir := path.Join("migrations", set)
-	entries, err := fs.ReadDir(fsys, dir)
-	if err != nil {
-		return nil, fmt.Errorf("activity store: migrations %s: %w", set, err)
-	}
-	var out []migration
-	for _, e := range entries {
-		name := e.Name()
-		if e.IsDir() || !strings.HasSuffix(name, ".sql") {
-			continue
-		}
-		num, _, ok := strings.Cut(name, "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil || v <= 0 {
-			return nil, fmt.Errorf("activity store: migration %s/%s: name must be NNNN_description.sql", dir, name)
-		}
-		body, err := fs.ReadFile(fsys, path.Join(dir, name))
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, migration{version: v, name: name, sql: string(body)})
-	}
-	slices.SortFunc(out, func(a, b migration) int { return a.version - b.version })
-	return out, nil
-}
 
 // execer is a transaction of either kind.
 type execer interface {
@@ -60,9 +24,9 @@ type execer interface {
 // this binary. The caller serialises (SQLite: its write lock; PostgreSQL:
 // an advisory lock) and commits.
 func migrate(ctx context.Context, tx execer, set, table string) error {
-	ms, err := loadMigrations(migrationFiles, set)
+	ms, err := sqlmigrate.Load(migrationFiles, path.Join("migrations", set))
 	if err != nil {
-		return err
+		return fmt.Errorf("activity store: %w", err)
 	}
 	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+table+` (version INTEGER NOT NULL PRIMARY KEY, name TEXT NOT NULL)`); err != nil {
 		return fmt.Errorf("activity store: migrate: %w", err)
@@ -86,7 +50,7 @@ func migrate(ctx context.Context, tx execer, set, table string) error {
 	}
 	known := 0
 	if len(ms) > 0 {
-		known = ms[len(ms)-1].version
+		known = ms[len(ms)-1].Version
 	}
 	for v := range applied {
 		if v > known {
@@ -94,14 +58,14 @@ func migrate(ctx context.Context, tx execer, set, table string) error {
 		}
 	}
 	for _, m := range ms {
-		if applied[m.version] {
+		if applied[m.Version] {
 			continue
 		}
-		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
-			return fmt.Errorf("activity store: migration %s/%s: %w", set, m.name, err)
+		if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
+			return fmt.Errorf("activity store: migration %s/%s: %w", set, m.Name, err)
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO `+table+` (version, name) VALUES ($1, $2)`, m.version, m.name); err != nil {
-			return fmt.Errorf("activity store: migration %s/%s: %w", set, m.name, err)
+		if _, err := tx.ExecContext(ctx, `INSERT INTO `+table+` (version, name) VALUES ($1, $2)`, m.Version, m.Name); err != nil {
+			return fmt.Errorf("activity store: migration %s/%s: %w", set, m.Name, err)
 		}
 	}
 	return nil
