@@ -18,6 +18,7 @@ import (
 	"github.com/svc-pf/svc-pf/internal/natsbus"
 	"github.com/svc-pf/svc-pf/internal/natsbus/natstest"
 	"github.com/svc-pf/svc-pf/internal/node"
+	"github.com/svc-pf/svc-pf/internal/promtest"
 )
 
 // activityOutage is how long TestActivityNATSKilledWhileAnswering keeps
@@ -33,38 +34,6 @@ func activityOutage(t *testing.T) time.Duration {
 		return d
 	}
 	return time.Minute
-}
-
-// promValue is one series of reg (labels: name, value pairs).
-func promValue(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			have := map[string]string{}
-			for _, l := range m.GetLabel() {
-				have[l.GetName()] = l.GetValue()
-			}
-			for i := 0; i+1 < len(labels); i += 2 {
-				if have[labels[i]] != labels[i+1] {
-					continue next
-				}
-			}
-			if m.GetCounter() != nil {
-				return m.GetCounter().GetValue()
-			}
-			return m.GetGauge().GetValue()
-		}
-	}
-	t.Fatalf("no metric %s%v", name, labels)
-	return 0
 }
 
 // TestActivityNATSKilledWhileAnswering is the node side's fault test: a
@@ -139,7 +108,7 @@ func TestActivityNATSKilledWhileAnswering(t *testing.T) {
 	t.Logf("nats-server killed; away for %v", outage)
 	time.Sleep(outage)
 	backAt := time.Now()
-	droppedDuring := promValue(t, reg, "svcpf_activity_dropped_total", "stage", "buffer")
+	droppedDuring := promtest.Value(t, reg, "svcpf_activity_dropped_total", "stage", "buffer")
 	proc.Start()
 	time.Sleep(2 * time.Second)
 	stopClient()
@@ -154,11 +123,11 @@ func TestActivityNATSKilledWhileAnswering(t *testing.T) {
 
 	// Everything recorded is published or counted dropped, nothing waits.
 	natstest.Eventually(t, "activity published or counted dropped", func() (bool, string) {
-		rec := promValue(t, reg, "svcpf_activity_events_total")
-		pub := promValue(t, reg, "svcpf_activity_events_published_total")
-		dq := promValue(t, reg, "svcpf_activity_dropped_total", "stage", "queue")
-		db := promValue(t, reg, "svcpf_activity_dropped_total", "stage", "buffer")
-		left := promValue(t, reg, "svcpf_activity_queue_events") + promValue(t, reg, "svcpf_activity_buffer_batches")
+		rec := promtest.Value(t, reg, "svcpf_activity_events_total")
+		pub := promtest.Value(t, reg, "svcpf_activity_events_published_total")
+		dq := promtest.Value(t, reg, "svcpf_activity_dropped_total", "stage", "queue")
+		db := promtest.Value(t, reg, "svcpf_activity_dropped_total", "stage", "buffer")
+		left := promtest.Value(t, reg, "svcpf_activity_queue_events") + promtest.Value(t, reg, "svcpf_activity_buffer_batches")
 		return rec > 0 && rec == pub+dq+db && left == 0,
 			fmt.Sprintf("recorded %v, published %v, dropped %v+%v, waiting %v", rec, pub, dq, db, left)
 	})
@@ -212,9 +181,9 @@ func TestActivityNATSKilledWhileAnswering(t *testing.T) {
 			allows += c.N
 		}
 	}
-	recorded := promValue(t, reg, "svcpf_activity_events_total")
-	dropped := promValue(t, reg, "svcpf_activity_dropped_total", "stage", "queue") +
-		promValue(t, reg, "svcpf_activity_dropped_total", "stage", "buffer")
+	recorded := promtest.Value(t, reg, "svcpf_activity_events_total")
+	dropped := promtest.Value(t, reg, "svcpf_activity_dropped_total", "stage", "queue") +
+		promtest.Value(t, reg, "svcpf_activity_dropped_total", "stage", "buffer")
 	t.Logf("queries %d; events recorded %v, arrived %d (%d from the outage, held in the buffer), dropped %v", asked.Load(), recorded, arrived,
 		duringOutage, dropped)
 	if float64(arrived)+dropped != recorded {
@@ -226,8 +195,8 @@ func TestActivityNATSKilledWhileAnswering(t *testing.T) {
 	if duringOutage == 0 {
 		t.Error("no event of the outage arrived: the buffer held nothing over it")
 	}
-	counted := promValue(t, reg, "svcpf_activity_allows_counted_total")
-	uncounted := promValue(t, reg, "svcpf_activity_uncounted_total", "stage", "buffer")
+	counted := promtest.Value(t, reg, "svcpf_activity_allows_counted_total")
+	uncounted := promtest.Value(t, reg, "svcpf_activity_uncounted_total", "stage", "buffer")
 	if float64(allows)+uncounted != counted || counted != float64(asked.Load()) {
 		t.Errorf("plain allows: %d arrived in counts + %v dropped != %v counted (of %d queries)", allows, uncounted, counted, asked.Load())
 	}
