@@ -687,38 +687,12 @@ func dirEventsDay(ctx context.Context, tx *sql.Tx, q activity.EventQuery, day in
 	if lo >= hi {
 		return nil, nil
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT w.id, w.client FROM whos w JOIN subs s ON s.id = w.sub
-		WHERE s.org = ? AND (? = '' OR s.username = ?) AND (? = '' OR s.deviceid = ?)`,
-		q.Org, q.Username, q.Username, q.DeviceID, q.DeviceID)
-	if err != nil {
+	whos, err := matchingWhos(ctx, tx, `SELECT w.id, w.client FROM whos w JOIN subs s ON s.id = w.sub
+		WHERE s.org = ?1 AND (?2 = '' OR s.username = ?2) AND (?3 = '' OR s.deviceid = ?3)`, q.IP, q.Org, q.Username, q.DeviceID)
+	if err != nil || len(whos) == 0 {
 		return nil, err
 	}
-	var whos []int64
-	for rows.Next() {
-		var id int64
-		var client string
-		if err := rows.Scan(&id, &client); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		if matchIP(q.IP, client) {
-			whos = append(whos, id)
-		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil || len(whos) == 0 {
-		return nil, err
-	}
-	where, args := "", []any{}
-	if q.Verdict != "" || q.Reason != "" {
-		where += ` AND dec IN (SELECT id FROM decs WHERE (?1 = '' OR verdict = ?1) AND (?2 = '' OR reason = ?2))`
-		args = append(args, q.Verdict, q.Reason)
-	}
-	if qn := strings.ToLower(q.QName); qn != "" && qn != "." {
-		n := len(args)
-		where += fmt.Sprintf(` AND name IN (SELECT id FROM names WHERE name = ?%d OR name LIKE ?%d ESCAPE '\')`, n+1, n+2)
-		args = append(args, qn, "%."+likeEscape(qn))
-	}
+	where, args := eventFilter(q, "", func(n int) string { return "?" + strconv.Itoa(n) })
 	n := len(args)
 	d0 := dayStart(day).UnixMilli()
 	var evs []evRow

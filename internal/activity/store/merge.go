@@ -2,6 +2,8 @@ package store
 
 import (
 	"container/heap"
+	"context"
+	"fmt"
 	"strings"
 
 	"github.com/svc-pf/svc-pf/internal/activity"
@@ -90,6 +92,49 @@ func (s *mergeSrc) fill(t, id int64) error {
 	s.buf = rows
 	s.exhausted = len(rows) < s.chunk
 	return nil
+}
+
+// matchingWhos runs whosSQL — an organisation's whos (subscriber, client,
+// policy) with their client, filtered by username and deviceid, args
+// (org, username, deviceid) — and keeps those whose client matches ip
+// (matchIP): the sources of a page of events, in both stores.
+func matchingWhos(ctx context.Context, db querier, whosSQL, ip string, args ...any) ([]int64, error) {
+	rows, err := db.QueryContext(ctx, whosSQL, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var whos []int64
+	for rows.Next() {
+		var id int64
+		var client string
+		if err := rows.Scan(&id, &client); err != nil {
+			return nil, err
+		}
+		if matchIP(ip, client) {
+			whos = append(whos, id)
+		}
+	}
+	return whos, rows.Err()
+}
+
+// eventFilter is the events' condition for q's verdict, reason and name
+// (the name and the names under it), as " AND …" with its arguments, in
+// both stores: prefix names their dictionary tables ("" or "activity_"),
+// ph writes the placeholder of the n-th argument (1-based).
+func eventFilter(q activity.EventQuery, prefix string, ph func(n int) string) (string, []any) {
+	where, args := "", []any{}
+	if q.Verdict != "" || q.Reason != "" {
+		where += fmt.Sprintf(` AND dec IN (SELECT id FROM %sdecs WHERE (%[2]s = '' OR verdict = %[2]s) AND (%[3]s = '' OR reason = %[3]s))`,
+			prefix, ph(1), ph(2))
+		args = append(args, q.Verdict, q.Reason)
+	}
+	if qn := strings.ToLower(q.QName); qn != "" && qn != "." {
+		n := len(args)
+		where += fmt.Sprintf(` AND name IN (SELECT id FROM %snames WHERE name = %s OR name LIKE %s ESCAPE '\')`, prefix, ph(n+1), ph(n+2))
+		args = append(args, qn, "%."+likeEscape(qn))
+	}
+	return where, args
 }
 
 // likeEscape escapes s for a LIKE pattern with ESCAPE '\'.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -442,25 +443,9 @@ func (p *pgStore) events(ctx context.Context, q activity.EventQuery, _ []int32) 
 		return page, err
 	}
 	defer conn.Close()
-	rows, err := conn.QueryContext(ctx, `SELECT w.id, w.client FROM activity_whos w JOIN activity_subs s ON s.id = w.sub
-		WHERE s.org = $1 AND ($2 = '' OR s.username = $2) AND ($3 = '' OR s.deviceid = $3)`, q.Org, q.Username, q.DeviceID)
-	if err != nil {
-		return page, err
-	}
-	var whos []int64
-	for rows.Next() {
-		var id int64
-		var client string
-		if err := rows.Scan(&id, &client); err != nil {
-			rows.Close()
-			return page, err
-		}
-		if matchIP(q.IP, client) {
-			whos = append(whos, id)
-		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil || len(whos) == 0 {
+	whos, err := matchingWhos(ctx, conn, `SELECT w.id, w.client FROM activity_whos w JOIN activity_subs s ON s.id = w.sub
+		WHERE s.org = $1 AND ($2 = '' OR s.username = $2) AND ($3 = '' OR s.deviceid = $3)`, q.IP, q.Org, q.Username, q.DeviceID)
+	if err != nil || len(whos) == 0 {
 		return page, err
 	}
 	ceilMs := func(t time.Time) int64 { return (t.UnixNano() + 999_999) / 1e6 }
@@ -469,16 +454,7 @@ func (p *pgStore) events(ctx context.Context, q activity.EventQuery, _ []int32) 
 	if q.After != nil {
 		topT, topID = q.After.Time.UnixMilli(), q.After.ID
 	}
-	where, args := "", []any{}
-	if q.Verdict != "" || q.Reason != "" {
-		where += ` AND dec IN (SELECT id FROM activity_decs WHERE ($1 = '' OR verdict = $1) AND ($2 = '' OR reason = $2))`
-		args = append(args, q.Verdict, q.Reason)
-	}
-	if qn := strings.ToLower(q.QName); qn != "" && qn != "." {
-		n := len(args)
-		where += fmt.Sprintf(` AND name IN (SELECT id FROM activity_names WHERE name = $%d OR name LIKE $%d ESCAPE '\')`, n+1, n+2)
-		args = append(args, qn, "%."+likeEscape(qn))
-	}
+	where, args := eventFilter(q, "activity_", func(n int) string { return "$" + strconv.Itoa(n) })
 	n := len(args)
 	need := q.Limit + 1
 	var evs []evRow
