@@ -86,7 +86,10 @@ func DefaultAllConfig() AllConfig {
 func allResolverConfig() ResolverConfig {
 	c := DefaultResolverConfig()
 	c.HTTP = httpapi.Config{}
-	c.Activity = activity.Config{} // at the top level
+	// Kept at the defaults, which the file cannot tell from an absent
+	// section: Validate refuses any other resolver.activity (the top-level
+	// activity: is the one read), an enabled: false included.
+	c.Activity = activity.DefaultConfig()
 	return c
 }
 
@@ -110,7 +113,7 @@ func (c *AllConfig) Validate() error {
 		errs = append(errs, errors.New("resolver.feeds, resolver.rpz, resolver.region: under svc-pf all these node keys are set at the top level, shared by the simulator and the resolver"))
 	}
 	errs = append(errs, prefixed("activity", c.Activity.Validate()))
-	if c.Resolver.Activity != (activity.Config{}) {
+	if c.Resolver.Activity != activity.DefaultConfig() {
 		errs = append(errs, errors.New("resolver.activity: under svc-pf all activity is set at the top level (activity:)"))
 	}
 	if c.Resolver.HTTP != (httpapi.Config{}) {

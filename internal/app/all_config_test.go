@@ -53,3 +53,30 @@ func TestSimulatorPProfKey(t *testing.T) {
 		t.Fatalf("svc-pf all's simulator.http: %+v", all.Simulator.HTTP)
 	}
 }
+
+// TestAllRefusesResolverActivity: under `svc-pf all` the top-level
+// activity section is the one read; a resolver.activity — an attempt to
+// turn activity off there included — is refused with the key to set,
+// and so is an orgmanager.activity.store (the reports read the
+// collector's store).
+func TestAllRefusesResolverActivity(t *testing.T) {
+	for yaml, want := range map[string]string{
+		"resolver:\n  activity: {enabled: false}\n":             "resolver.activity",
+		"resolver:\n  activity: {client_ip: none}\n":            "resolver.activity",
+		"orgmanager:\n  activity: {store: {url: dir:/tmp/x}}\n": "orgmanager.activity.store",
+	} {
+		cfg := DefaultAllConfig()
+		cfg.Resolver.Forwarders = []string{"127.0.0.1:53"}
+		if err := config.Decode([]byte(yaml), &cfg); err != nil {
+			t.Fatalf("%q: %v", yaml, err)
+		}
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want a refusal naming %s", yaml, err, want)
+		}
+	}
+	cfg := DefaultAllConfig()
+	cfg.Resolver.Forwarders = []string{"127.0.0.1:53"}
+	if err := config.Decode([]byte("activity: {enabled: false, client_ip: hash}\n"), &cfg); err != nil || cfg.Validate() != nil {
+		t.Fatalf("the top-level section: %v %v", err, cfg.Validate())
+	}
+}
