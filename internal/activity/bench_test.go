@@ -59,7 +59,7 @@ func BenchmarkAnswered(b *testing.B) {
 			g := next.Add(1)
 			a := resolver.Answered{Name: "h9.bench.test.", Type: 1, Transport: policy.TransportUDP,
 				Client:     netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 16, 0, byte(g)}), 40000),
-				Subscriber: table[1], Took: 3 * time.Microsecond, Cached: resolver.CachedPacket,
+				Subscriber: table[1], At: time.Now(), Took: 3 * time.Microsecond, Cached: resolver.CachedPacket,
 				Decision: resolver.Summary{Verdict: verdict, Action: policy.ActionAllow, Reason: reason, Policy: "0123456789abcdef"}}
 			if verdict == policy.VerdictBlock {
 				a.Decision.Action, a.Decision.Rule, a.Decision.Categories = policy.ActionNXDomain, "category:1 feed=bench key=h9.bench.test", []uint16{1}

@@ -42,7 +42,10 @@ type RecorderConfig struct {
 	Config Config
 	// Node is the node's name, written in every event and batch; required.
 	Node string
-	// Clock is the time of events and counts (default time.Now).
+	// Clock is the publisher's time, and the time of events and counts
+	// from an Answered without its time (At zero; the resolver always
+	// sets it, so that a query costs one reading of the clock, the
+	// resolver's); default time.Now.
 	Clock func() time.Time
 	// Registerer gets the svcpf_activity_* metrics; nil: none.
 	Registerer prometheus.Registerer
@@ -263,7 +266,10 @@ func (r *Recorder) Answered(a *resolver.Answered) {
 	if d.Verdict == "" {
 		return
 	}
-	now := r.now()
+	now := a.At
+	if now.IsZero() {
+		now = r.now()
+	}
 	if !plainAllow(d) {
 		s := r.shard(a.Client.Addr())
 		s.mu.Lock()

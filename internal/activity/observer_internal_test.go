@@ -413,3 +413,30 @@ func TestAnsweredNeverWaitsForThePublisher(t *testing.T) {
 		t.Errorf("events_total %v, want %d (sample_allowed 1)", got, goroutines*each)
 	}
 }
+
+// TestRecorderUsesAnsweredTime: an event's time and a count's interval
+// are the resolver's reading of the clock (Answered.At), not another
+// reading of the Recorder's; its Clock stands in for an event without one.
+func TestRecorderUsesAnsweredTime(t *testing.T) {
+	r, p, _, _ := newTestRecorder(t, func(c *Config) { c.CountInterval = time.Minute })
+	at := t0.Add(5 * time.Minute) // 12:05:10, the fake clock says 12:00:10
+	blk := answered("192.0.2.1", alice, "bad.test.", policy.VerdictBlock, policy.ActionNXDomain, policy.ReasonBlocklist)
+	blk.At = at
+	r.Answered(blk)
+	pa := plain("192.0.2.1", alice, "a.test.")
+	pa.At = at
+	r.Answered(pa)
+	r.Answered(plain("192.0.2.1", alice, "a.test.")) // no At: the Recorder's clock
+	evs, counts, _ := drain(t, p, true)
+	if len(evs) != 1 || !evs[0].Time.Equal(at) {
+		t.Errorf("events %+v, want one at the event's time %v", evs, at)
+	}
+	starts := map[time.Time]uint64{}
+	for _, c := range counts {
+		starts[c.Start.UTC()] += c.N
+	}
+	want := map[time.Time]uint64{time.Date(2026, 11, 28, 12, 5, 0, 0, time.UTC): 1, time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC): 1}
+	if !reflect.DeepEqual(starts, want) {
+		t.Errorf("counts by interval %v, want %v", starts, want)
+	}
+}
