@@ -42,7 +42,10 @@ type RecorderConfig struct {
 	Config Config
 	// Node is the node's name, written in every event and batch; required.
 	Node string
-	// Clock is the time of events and counts (default time.Now).
+	// Clock is the publisher's time, and the time of events and counts
+	// from an Answered without its time (At zero; the resolver always
+	// sets it, so that a query costs one reading of the clock, the
+	// resolver's); default time.Now.
 	Clock func() time.Time
 	// Registerer gets the svcpf_activity_* metrics; nil: none.
 	Registerer prometheus.Registerer
@@ -150,10 +153,82 @@ type recShard struct {
 // 128-bit hashes, and the subscriber's and reason's strings are copied
 // once per interval into arena.
 type countMap struct {
-	start int64                // the interval's start, Unix ns
-	idx   map[countHash]uint64 // the counts
-	ents  []countEntry         // each key's strings, in the order first seen
+	start int64        // the interval's start, Unix ns
+	idx   countTable   // the counts
+	ents  []countEntry // each key's strings, in the order first seen
 	arena []byte
+}
+
+// countTable maps a count's key hash to its count: open addressing with
+// linear probing, the count beside its key in one 24-byte slot, so that a
+// plain allow of a key seen before costs one cache miss (a Go map's
+// control word and slot are two) when a million subscribers' keys are far
+// more than the caches hold. A slot whose count is 0 is empty (a key is
+// stored with its first count). Half full at most.
+type countTable struct {
+	slots []countSlot
+	n     int // keys
+}
+
+type countSlot struct {
+	h countHash
+	n uint64
+}
+
+const countTableMin = 1024
+
+// find is the slot of h, or the empty slot where it goes.
+func (t *countTable) find(h countHash) *countSlot {
+	mask := uint64(len(t.slots) - 1)
+	for i := h[1] & mask; ; i = (i + 1) & mask {
+		if sl := &t.slots[i]; sl.n == 0 || sl.h == h {
+			return sl
+		}
+	}
+}
+
+// get is h's count (0: none).
+func (t *countTable) get(h countHash) uint64 {
+	if sl := t.lookup(h); sl != nil {
+		return sl.n
+	}
+	return 0
+}
+
+// lookup is the slot of h, nil when h is not there.
+func (t *countTable) lookup(h countHash) *countSlot {
+	if t.n == 0 {
+		return nil
+	}
+	if sl := t.find(h); sl.n != 0 {
+		return sl
+	}
+	return nil
+}
+
+// slot is the slot of h, made room for when h is new (its n is then 0:
+// the caller stores the first count).
+func (t *countTable) slot(h countHash) *countSlot {
+	if 2*(t.n+1) > len(t.slots) {
+		t.grow()
+	}
+	return t.find(h)
+}
+
+func (t *countTable) grow() {
+	old := t.slots
+	t.slots = make([]countSlot, max(2*len(old), countTableMin))
+	for i := range old {
+		if old[i].n != 0 {
+			*t.find(old[i].h) = old[i]
+		}
+	}
+}
+
+// reset empties t, keeping its room for the next interval.
+func (t *countTable) reset() {
+	clear(t.slots)
+	t.n = 0
 }
 
 // countHash names a count's key (subscriber, reason, category).
@@ -168,7 +243,7 @@ type countEntry struct {
 	cat  uint16
 }
 
-func newCountMap() *countMap { return &countMap{idx: map[countHash]uint64{}} }
+func newCountMap() *countMap { return &countMap{} }
 
 // strs are e's strings, views of m's arena.
 func (m *countMap) strs(e *countEntry) (out [6]string) {
@@ -263,7 +338,10 @@ func (r *Recorder) Answered(a *resolver.Answered) {
 	if d.Verdict == "" {
 		return
 	}
-	now := r.now()
+	now := a.At
+	if now.IsZero() {
+		now = r.now()
+	}
 	if !plainAllow(d) {
 		s := r.shard(a.Client.Addr())
 		s.mu.Lock()
@@ -315,14 +393,14 @@ func (r *Recorder) count(s *recShard, k *countKey, h countHash, now time.Time) {
 	}
 	m := s.slots[(start/r.iv)&1]
 	if m.start != start {
-		if m.start > start && len(m.idx) > 0 {
+		if m.start > start && m.idx.n > 0 {
 			// The slot holds a later interval: this query's clock read is
 			// older than an interval (a query that waited a long time for
 			// the lock, a clock stepped back).
 			s.lateUncounted.Add(1)
 			return
 		}
-		if len(m.idx) > 0 {
+		if m.idx.n > 0 {
 			// The publisher has not taken it yet (it takes an interval
 			// within a quarter of the next): keep it for the publisher.
 			s.stale = append(s.stale, m)
@@ -331,20 +409,25 @@ func (r *Recorder) count(s *recShard, k *countKey, h countHash, now time.Time) {
 		}
 		m.start = start
 	}
-	if s.keys >= r.maxKeys || len(m.arena) > math.MaxUint32-6*MaxStringLen {
-		if _, ok := m.idx[h]; !ok {
+	full := s.keys >= r.maxKeys || len(m.arena) > math.MaxUint32-6*MaxStringLen
+	var sl *countSlot
+	if full {
+		if sl = m.idx.lookup(h); sl == nil {
 			s.limitUncounted.Add(1)
 			return
 		}
+	} else {
+		sl = m.idx.slot(h)
 	}
-	// One map operation for a key seen before in the interval.
-	n := len(m.idx)
-	m.idx[h]++
+	// One table probe for a key seen before in the interval.
+	sl.n++
 	s.counted.Add(1)
-	if len(m.idx) == n {
+	if sl.n > 1 {
 		return
 	}
 	// A new key: its strings are the resolver's views, copied once.
+	sl.h = h
+	m.idx.n++
 	e := countEntry{h: h, off: uint32(len(m.arena)), cat: k.cat}
 	for i, f := range k.fields {
 		e.lens[i] = uint16(len(f))
@@ -544,7 +627,7 @@ func (r *Recorder) takeCounts(t *taken, until int64, all bool) {
 		}
 		s.stale = s.stale[:0]
 		for j, m := range s.slots {
-			if len(m.idx) > 0 && (all || m.start+r.iv <= until) {
+			if m.idx.n > 0 && (all || m.start+r.iv <= until) {
 				t.counts = append(t.counts, m)
 				s.keys -= len(m.ents)
 				s.slots[j] = s.newMap()
@@ -558,7 +641,7 @@ func (r *Recorder) takeCounts(t *taken, until int64, all bool) {
 // to their shards' spares (any shard: they are all alike).
 func (r *Recorder) giveBack(ms []*countMap) {
 	for i, m := range ms {
-		clear(m.idx)
+		m.idx.reset()
 		m.ents, m.arena, m.start = m.ents[:0], m.arena[:0], 0
 		s := &r.shards[uint32(i)&r.mask]
 		s.mu.Lock()

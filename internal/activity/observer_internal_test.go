@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -411,5 +412,85 @@ func TestAnsweredNeverWaitsForThePublisher(t *testing.T) {
 	}
 	if got := metric(t, reg, "svcpf_activity_events_total"); got != goroutines*each {
 		t.Errorf("events_total %v, want %d (sample_allowed 1)", got, goroutines*each)
+	}
+}
+
+// TestRecorderUsesAnsweredTime: an event's time and a count's interval
+// are the resolver's reading of the clock (Answered.At), not another
+// reading of the Recorder's; its Clock stands in for an event without one.
+func TestRecorderUsesAnsweredTime(t *testing.T) {
+	r, p, _, _ := newTestRecorder(t, func(c *Config) { c.CountInterval = time.Minute })
+	at := t0.Add(5 * time.Minute) // 12:05:10, the fake clock says 12:00:10
+	blk := answered("192.0.2.1", alice, "bad.test.", policy.VerdictBlock, policy.ActionNXDomain, policy.ReasonBlocklist)
+	blk.At = at
+	r.Answered(blk)
+	pa := plain("192.0.2.1", alice, "a.test.")
+	pa.At = at
+	r.Answered(pa)
+	r.Answered(plain("192.0.2.1", alice, "a.test.")) // no At: the Recorder's clock
+	evs, counts, _ := drain(t, p, true)
+	if len(evs) != 1 || !evs[0].Time.Equal(at) {
+		t.Errorf("events %+v, want one at the event's time %v", evs, at)
+	}
+	starts := map[time.Time]uint64{}
+	for _, c := range counts {
+		starts[c.Start.UTC()] += c.N
+	}
+	want := map[time.Time]uint64{time.Date(2026, 11, 28, 12, 5, 0, 0, time.UTC): 1, time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC): 1}
+	if !reflect.DeepEqual(starts, want) {
+		t.Errorf("counts by interval %v, want %v", starts, want)
+	}
+}
+
+// TestRecorderCountTable: thousands of keys in one interval (the count
+// table grows several times under them) keep each its own count, and past
+// the keys' bound a key seen before is still counted while a new one is
+// not (svcpf_activity_uncounted_total{stage="limit"}).
+func TestRecorderCountTable(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.SampleAllowed = 0
+	clk := newClock(t0)
+	r, err := NewRecorder(RecorderConfig{Config: cfg, Node: "node-a", Clock: clk.now, Shards: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Publisher{r: r}
+	p.buf.init(cfg.BufferBytes, &r.pub)
+	const keys, bound = 5000, 4000
+	r.maxKeys = bound
+	sub := func(i int) resolver.Subscriber {
+		return resolver.Subscriber{Org: "acme", SessionID: "s" + strconv.Itoa(i), Username: "u" + strconv.Itoa(i)}
+	}
+	for round := range 3 {
+		for i := range keys {
+			if round == 2 && i%2 == 1 {
+				continue
+			}
+			r.Answered(plain("192.0.2.1", sub(i), "a.test.", uint16(i%3)))
+		}
+	}
+	_, counts, _ := drain(t, p, true)
+	got := map[string]Count{}
+	for _, c := range counts {
+		if _, dup := got[c.SessionID]; dup {
+			t.Fatalf("two counts for %s", c.SessionID)
+		}
+		got[c.SessionID] = c
+	}
+	if len(got) != bound {
+		t.Errorf("%d keys counted, want the first %d", len(got), bound)
+	}
+	for i := range bound {
+		c, want := got["s"+strconv.Itoa(i)], uint64(3-i%2)
+		if c.N != want || c.Username != "u"+strconv.Itoa(i) || c.Category != uint16(i%3) {
+			t.Fatalf("key %d: %+v, want %d plain allows of u%d, category %d", i, c, want, i, i%3)
+		}
+	}
+	var limit uint64
+	for i := range r.shards {
+		limit += r.shards[i].limitUncounted.Load()
+	}
+	if want := uint64(keys-bound) * 5 / 2; limit != want {
+		t.Errorf("uncounted for the limit %d, want %d", limit, want)
 	}
 }

@@ -61,6 +61,9 @@ type memoEntry struct {
 	sessions policy.Sessions
 	settings policy.Settings
 	p        *policy.Policy
+	// sess is the client's session under sessions, kept with its policy
+	// so that the observer's event does not look it up again.
+	sess found
 }
 
 func newPolicyMemo() *policyMemo { return &policyMemo{seed: maphash.MakeSeed()} }
@@ -108,8 +111,9 @@ func (m *policyMemo) lookAhead(v *policy.View, from []netip.AddrPort) {
 	}
 }
 
-// policyFor is policy for datagram i of the batch lookAhead prepared.
-func (m *policyMemo) policyFor(e *policy.Engine, v *policy.View, client netip.Addr, i int) *policy.Policy {
+// policyFor is the policy for datagram i of the batch lookAhead prepared,
+// and the client's session.
+func (m *policyMemo) policyFor(e *policy.Engine, v *policy.View, client netip.Addr, i int) (*policy.Policy, found) {
 	a := &m.ahead[i]
 	if a.looked {
 		return m.policyAt(e, v, client, a.slot, a)
@@ -118,25 +122,26 @@ func (m *policyMemo) policyFor(e *policy.Engine, v *policy.View, client netip.Ad
 }
 
 // policyAt returns the policy of client, whose address memo slot is slot,
-// under view v; a, when not nil, is its session, looked up already.
-func (m *policyMemo) policyAt(e *policy.Engine, v *policy.View, client netip.Addr, slot uint32, a *ahead) *policy.Policy {
+// under view v, and its session; a, when not nil, is its session, looked
+// up already.
+func (m *policyMemo) policyAt(e *policy.Engine, v *policy.View, client netip.Addr, slot uint32, a *ahead) (*policy.Policy, found) {
 	en := &m.entries[slot]
 	if en.holds(v, client) {
-		return en.p
+		return en.p, en.sess
 	}
-	p := m.byIdentity(e, v, client, a)
-	*en = memoEntry{addr: client, sessions: v.Sessions, settings: v.Settings, p: p}
-	return p
+	p, s := m.byIdentity(e, v, client, a)
+	*en = memoEntry{addr: client, sessions: v.Sessions, settings: v.Settings, p: p, sess: s}
+	return p, s
 }
 
 // byIdentity finds client's session and the policy of its settings
 // stack, compiling (through the engine) only what this socket has not
 // seen under the current settings snapshot. The session is looked up
 // once: by lookAhead (a), or here.
-func (m *policyMemo) byIdentity(e *policy.Engine, v *policy.View, client netip.Addr, a *ahead) *policy.Policy {
+func (m *policyMemo) byIdentity(e *policy.Engine, v *policy.View, client netip.Addr, a *ahead) (*policy.Policy, found) {
 	if v.Sessions == nil {
-		p, _, _ := e.PolicyFor(v, client)
-		return p
+		p, s, ok := e.PolicyFor(v, client)
+		return p, found{s: s, ok: ok, known: true}
 	}
 	if m.byDocs == nil || m.settings != v.Settings || len(m.byDocs) >= memoDocsMax {
 		m.byDocs = make(map[policy.Key]*policy.Policy, 64)
@@ -149,11 +154,12 @@ func (m *policyMemo) byIdentity(e *policy.Engine, v *policy.View, client netip.A
 	} else {
 		s, ok = v.Sessions.LookupIP(client)
 	}
+	fs := found{s: s, ok: ok, known: true}
 	k := e.KeyFor(v, s, ok)
 	if p, hit := m.byDocs[k]; hit {
-		return p
+		return p, fs
 	}
 	p := e.PolicyOf(v, s, ok)
 	m.byDocs[k] = p
-	return p
+	return p, fs
 }

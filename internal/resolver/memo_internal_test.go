@@ -144,8 +144,12 @@ func TestPolicyMemoBatch(t *testing.T) {
 				continue // the reader skips it
 			}
 			c := ap.Addr().Unmap()
-			got := m.policyFor(e, &v, c, i)
-			want, _, _ := e.PolicyFor(&v, c)
+			got, sess := m.policyFor(e, &v, c, i)
+			want, ws, wok := e.PolicyFor(&v, c)
+			if !sess.known || sess.ok != wok || sess.s != ws {
+				t.Fatalf("%s, datagram %d from %s: memo's session %+v (known %v, ok %v), the index's %+v (ok %v)",
+					when, i, ap, sess.subscriber(), sess.known, sess.ok, subscriberFrom(ws), wok)
+			}
 			if got.CacheKey() != want.CacheKey() {
 				t.Fatalf("%s, datagram %d from %s: memo's policy %q, engine's %q", when, i, ap, got.CacheKey(), want.CacheKey())
 			}
@@ -178,7 +182,8 @@ func TestPolicyMemoBatch(t *testing.T) {
 // as the reader makes it when one datagram is waiting.
 func (m *policyMemo) policy(e *policy.Engine, v *policy.View, client netip.Addr) *policy.Policy {
 	m.lookAhead(v, []netip.AddrPort{netip.AddrPortFrom(client, 53)})
-	return m.policyFor(e, v, client, 0)
+	p, _ := m.policyFor(e, v, client, 0)
+	return p
 }
 
 // countingSessions counts the subscriber index lookups.
@@ -266,7 +271,7 @@ func BenchmarkPolicyMemoNewClients(b *testing.B) {
 		}
 		m.lookAhead(&view, batch)
 		for j, ap := range batch {
-			if m.policyFor(e, &view, ap.Addr(), j) == nil {
+			if p, _ := m.policyFor(e, &view, ap.Addr(), j); p == nil {
 				b.Fatal("no policy")
 			}
 		}

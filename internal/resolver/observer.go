@@ -24,7 +24,8 @@ import (
 //
 // a and everything it references are valid only during the call: the
 // event is reused for the next query, and its strings may be views into
-// memory the resolver reuses. Copy what you keep (strings.Clone,
+// memory the resolver reuses (Name is a view of the reader's buffer,
+// rewritten by its next query). Copy what you keep (strings.Clone,
 // slices.Clone).
 type Observer interface {
 	Answered(a *Answered)
@@ -69,8 +70,15 @@ type Answered struct {
 	// reply, and Decision is the one stored with it), or the record cache
 	// (the forwarders' answer; the decision was made again).
 	Cached Cached
-	// Took is from the query's arrival (its batch's, over UDP) to the
-	// reply handed to the transport.
+	// At is when the reply was made, to be handed to the transport (for
+	// RcodeDropped, when the query was dropped): the resolver reads the
+	// clock once per observed query and both At and Took come from that
+	// reading, so that an observer needing the time (the activity event's,
+	// dnstap's) need not read it again. Zero only from a caller that does
+	// not set it (an observer's own tests): an observer then reads its own
+	// clock.
+	At time.Time
+	// Took is from the query's arrival (its batch's, over UDP) to At.
 	Took time.Duration
 	// Reply is the reply's wire bytes as handed to the transport (a view
 	// of the resolver's buffer: copy what you keep); nil when none was

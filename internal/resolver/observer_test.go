@@ -3,6 +3,7 @@ package resolver_test
 import (
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -20,7 +21,12 @@ type recorder struct {
 }
 
 func (o *recorder) Answered(a *resolver.Answered) {
-	c := *a // the event is reused after the call: copy what is kept
+	c := *a // the event is reused after the call, its strings may be views: copy what is kept
+	c.Name, c.ClientID = strings.Clone(a.Name), strings.Clone(a.ClientID)
+	s := &c.Subscriber
+	s.Org, s.SessionID, s.Username, s.DeviceID, s.Location = strings.Clone(s.Org), strings.Clone(s.SessionID),
+		strings.Clone(s.Username), strings.Clone(s.DeviceID), strings.Clone(s.Location)
+	c.Decision.Rule, c.Decision.Policy = strings.Clone(a.Decision.Rule), strings.Clone(a.Decision.Policy)
 	c.Decision.Categories = slices.Clone(a.Decision.Categories)
 	c.Reply = slices.Clone(a.Reply)
 	o.mu.Lock()
@@ -100,7 +106,9 @@ func TestObserverUDPMissThenHit(t *testing.T) {
 	i := 0
 	for _, tt := range tests {
 		for round, cached := range []resolver.Cached{tt.cached, resolver.CachedPacket} {
+			before := time.Now()
 			r := e.mustAsk("udp", alice, query(tt.name, dns.TypeA, 1232, false))
+			after := time.Now()
 			if r.Rcode != tt.rcode {
 				t.Fatalf("%s: rcode %d, want %d", tt.name, r.Rcode, tt.rcode)
 			}
@@ -120,6 +128,12 @@ func TestObserverUDPMissThenHit(t *testing.T) {
 			}
 			if ev.Took < 0 || ev.Took > bound {
 				t.Errorf("%s round %d: took %v", tt.name, round, ev.Took)
+			}
+			// At is the reply's time, and Took ends there: both within
+			// the exchange.
+			if arrived := ev.At.Add(-ev.Took); ev.At.Before(before) || ev.At.After(after) || arrived.Before(before) {
+				t.Errorf("%s round %d: at %v, took %v: not within the exchange %v … %v", tt.name, round, ev.At, ev.Took,
+					before, after)
 			}
 			if len(d.Policy) != 16 {
 				t.Errorf("%s round %d: policy fingerprint %q, want the effective settings' 16 hex digits", tt.name, round, d.Policy)

@@ -13,6 +13,7 @@ import (
 	"github.com/svc-pf/svc-pf/internal/resolver/cache"
 	"github.com/svc-pf/svc-pf/internal/resolver/stats"
 	"github.com/svc-pf/svc-pf/internal/rpz"
+	"github.com/svc-pf/svc-pf/internal/sessionindex"
 )
 
 // The order of a query's steps, and why (the entry, serve.go, runs the
@@ -77,6 +78,9 @@ type query struct {
 	// the policy it will be stored under. nil: resolve finds it (and sets
 	// it).
 	policy *policy.Policy
+	// sess is the client's session when it was found with policy (for
+	// the observer, which then does not look it up again).
+	sess found
 	// sum, when not nil, gets the summary of the decision that shaped
 	// the reply (for the observer, and the packet cache beside it).
 	sum *Summary
@@ -109,8 +113,10 @@ func (r *Resolver) resolve(ctx context.Context, q *query) *dns.Msg {
 	v := r.engine.View()
 	p := q.policy
 	if p == nil {
-		p, _, _ = r.engine.PolicyFor(&v, q.client)
-		q.policy = p
+		var s sessionindex.Entry
+		var ok bool
+		p, s, ok = r.engine.PolicyFor(&v, q.client)
+		q.policy, q.sess = p, found{s: s, ok: ok, known: true}
 	}
 
 	// 5. debug

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/miekg/dns"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/svc-pf/svc-pf/internal/resolver/cache"
 	"github.com/svc-pf/svc-pf/internal/resolver/dnswire"
 	"github.com/svc-pf/svc-pf/internal/resolver/stats"
+	"github.com/svc-pf/svc-pf/internal/sessionindex"
 )
 
 // The one entry for every transport. A transport adapter (udp.go, tcp.go;
@@ -129,7 +131,7 @@ func (f *front) serve(w replier, rq *request, v *policy.View, i int, dst []byte)
 		}
 		reply := dnswire.AppendError(dst, q, pe.Rcode(), ourUDPSize)
 		if r.obs != nil {
-			f.observe(rq, v, client, pe.Rcode(), reply, nil, CachedNone)
+			f.observe(rq, v, client, nil, pe.Rcode(), reply, nil, CachedNone)
 		}
 		return reply, outReply
 	}
@@ -143,15 +145,16 @@ func (f *front) serve(w replier, rq *request, v *policy.View, i int, dst []byte)
 		reply := dnswire.AppendError(dst, q, dnswire.RcodeBadVers, ourUDPSize)
 		sh.Replied(dnswire.RcodeBadVers, r.now().Sub(rq.start))
 		if r.obs != nil {
-			f.observe(rq, v, client, dnswire.RcodeBadVers, reply, nil, CachedNone)
+			f.observe(rq, v, client, nil, dnswire.RcodeBadVers, reply, nil, CachedNone)
 		}
 		return reply, outReply
 	}
 	// 3. client → policy, 4. the packet cache
 	var p *policy.Policy
+	var sess found // the client's session, when the memo found it
 	keyed := false
 	if f.reader != nil {
-		p = f.memo.policyFor(r.engine, v, client, i)
+		p, sess = f.memo.policyFor(r.engine, v, client, i)
 		if keyed = f.key.SetQuery(q, p.CacheKey()); keyed {
 			ans, note, ok := f.reader.Get(&f.key, q.RawName(), rq.start, dst)
 			if ok && (!rq.transport.Datagram() || len(ans) <= q.EDNS.MaxUDP()) {
@@ -159,7 +162,7 @@ func (f *front) serve(w replier, rq *request, v *policy.View, i int, dst []byte)
 				sh.PacketCacheHit(int(ans[3] & 0x0f))
 				countNote(sh, note)
 				if r.obs != nil {
-					f.observe(rq, v, client, int(ans[3]&0x0f), ans, note, CachedPacket)
+					f.observe(rq, v, client, &sess, int(ans[3]&0x0f), ans, note, CachedPacket)
 				}
 				return ans, outReply
 			}
@@ -185,7 +188,7 @@ func (f *front) serve(w replier, rq *request, v *policy.View, i int, dst []byte)
 		}
 		reply := dnswire.AppendError(dst, q, dnswire.RcodeServerFailure, ourUDPSize)
 		if r.obs != nil {
-			f.observe(rq, v, client, dnswire.RcodeServerFailure, reply, nil, CachedNone)
+			f.observe(rq, v, client, &sess, dnswire.RcodeServerFailure, reply, nil, CachedNone)
 		}
 		return reply, outReply
 	}
@@ -208,7 +211,7 @@ func (f *front) serve(w replier, rq *request, v *policy.View, i int, dst []byte)
 		defer w.done()
 		defer r.inflight.release(clientKey{addr: client})
 		growStack(n)
-		r.slowPath(w, sh, t, pkt[:n:n], pkt[n:], from, client, p, start, cached)
+		r.slowPath(w, sh, t, pkt[:n:n], pkt[n:], from, client, p, sess, start, cached)
 	}()
 	return nil, outPending
 }
@@ -227,9 +230,10 @@ func unauthorized(t policy.Transport) stats.Counter {
 //
 // key holds the packet-cache key's bytes (cache.PacketKey.Append), empty
 // when the query has none. p is the client's policy when serve found it
-// (then the reply is decided by the policy it is stored under), else nil.
+// (then the reply is decided by the policy it is stored under), else nil;
+// sess its session, when serve found it with p.
 func (r *Resolver) slowPath(w replier, sh *stats.Shard, t policy.Transport, pkt, key []byte, from netip.AddrPort,
-	client netip.Addr, p *policy.Policy, start time.Time, cached bool) {
+	client netip.Addr, p *policy.Policy, sess found, start time.Time, cached bool) {
 	sh.Inc(stats.ConcurrentQueries)
 	defer sh.Dec(stats.ConcurrentQueries)
 	req := unpackQuery(pkt, sh)
@@ -237,7 +241,7 @@ func (r *Resolver) slowPath(w replier, sh *stats.Shard, t policy.Transport, pkt,
 		r.formErr(w, sh, t, pkt, from, start)
 		return
 	}
-	q := &query{req: req, client: client, transport: t, start: start, shard: sh, policy: p}
+	q := &query{req: req, client: client, transport: t, start: start, shard: sh, policy: p, sess: sess}
 	var ob *slowObs
 	if r.obs != nil {
 		ob = newSlowObs(q)
@@ -246,7 +250,7 @@ func (r *Resolver) slowPath(w replier, sh *stats.Shard, t policy.Transport, pkt,
 	if reply == nil {
 		w.dropped()
 		if ob != nil {
-			r.observeSlow(ob, q, from, RcodeDropped)
+			r.observeSlow(ob, q, from, RcodeDropped, r.now())
 		}
 		return
 	}
@@ -269,10 +273,11 @@ func (r *Resolver) slowPath(w replier, sh *stats.Shard, t policy.Transport, pkt,
 		r.storePacket(key, wire, ob, q.head)
 	}
 	_ = w.send(sc, wire, from)
-	sh.Replied(reply.Rcode, r.now().Sub(start))
+	at := r.now() // one reading for the latency and the observer
+	sh.Replied(reply.Rcode, at.Sub(start))
 	if ob != nil {
 		ob.ev.Reply = wire
-		r.observeSlow(ob, q, from, reply.Rcode)
+		r.observeSlow(ob, q, from, reply.Rcode, at)
 	}
 }
 
@@ -285,12 +290,13 @@ func (r *Resolver) formErr(w replier, sh *stats.Shard, t policy.Transport, pkt [
 	defer r.replyBufs.Put(sc)
 	wire := appendFormErr(sc.buf[:0], pkt)
 	_ = w.send(sc, wire, from)
-	sh.Replied(dnswire.RcodeFormatError, r.now().Sub(start))
+	at := r.now()
+	sh.Replied(dnswire.RcodeFormatError, at.Sub(start))
 	if r.obs != nil {
 		var dq dnswire.Query
 		_ = dq.Parse(pkt)
-		ev := &Answered{Type: dq.QType, Transport: t, Client: from, Rcode: dnswire.RcodeFormatError, Took: r.now().Sub(start),
-			Reply: wire}
+		ev := &Answered{Type: dq.QType, Transport: t, Client: from, Rcode: dnswire.RcodeFormatError, At: at,
+			Took: at.Sub(start), Reply: wire}
 		if dq.HasQuestion() {
 			ev.Name = string(dnswire.AppendNameText(nil, dq.Name()))
 		}
@@ -336,10 +342,11 @@ func newSlowObs(q *query) *slowObs {
 	return ob
 }
 
-// observeSlow reports a slow-path query; q.sum (ob's) holds its decision.
+// observeSlow reports a slow-path query; q.sum (ob's) holds its decision,
+// at is when its reply was made.
 //
 //go:noinline
-func (r *Resolver) observeSlow(ob *slowObs, q *query, from netip.AddrPort, rcode int) {
+func (r *Resolver) observeSlow(ob *slowObs, q *query, from netip.AddrPort, rcode int, at time.Time) {
 	ev := &ob.ev
 	qs := q.req.Question[0]
 	ev.Name, ev.Type = strings.ToLower(qs.Name), qs.Qtype
@@ -347,27 +354,56 @@ func (r *Resolver) observeSlow(ob *slowObs, q *query, from netip.AddrPort, rcode
 	if q.fromRecords {
 		ev.Cached = CachedRecord
 	}
-	v := r.engine.View()
-	ev.Subscriber = subscriberOf(&v, q.client)
-	ev.Took = r.now().Sub(q.start)
+	if q.sess.known {
+		ev.Subscriber = q.sess.subscriber()
+	} else {
+		v := r.engine.View()
+		ev.Subscriber = subscriberOf(&v, q.client)
+	}
+	ev.At, ev.Took = at, at.Sub(q.start)
 	r.obs.Answered(ev)
 }
 
 // observe reports a query answered by the reader itself: a packet-cache
 // hit (note is the summary stored with it), or a reply with no decision.
+// sess, when not nil, is the client's session as the policy memo found it
+// under v (not looked up again when known).
 //
 //go:noinline
-func (f *front) observe(rq *request, v *policy.View, client netip.Addr, rcode int, reply, note []byte, cached Cached) {
+func (f *front) observe(rq *request, v *policy.View, client netip.Addr, sess *found, rcode int, reply, note []byte,
+	cached Cached) {
 	o, q := &f.obs, &f.q
-	o.ev = Answered{Transport: rq.transport, Client: rq.from, ClientID: rq.clientID, Rcode: rcode, Cached: cached, Reply: reply}
+	at := f.r.now()
+	o.ev = Answered{Transport: rq.transport, Client: rq.from, ClientID: rq.clientID, Rcode: rcode, Cached: cached, Reply: reply,
+		At: at, Took: at.Sub(rq.start)}
 	if q.HasQuestion() {
 		o.name = dnswire.AppendNameText(o.name[:0], q.Name())
-		o.ev.Name, o.ev.Type = string(o.name), q.QType
+		// A view of the reader's buffer, rewritten by its next query: an
+		// observer copies what it keeps (Observer).
+		o.ev.Name, o.ev.Type = unsafe.String(unsafe.SliceData(o.name), len(o.name)), q.QType
 	}
-	o.ev.Subscriber = subscriberOf(v, client)
+	if sess != nil && sess.known {
+		o.ev.Subscriber = sess.subscriber()
+	} else {
+		o.ev.Subscriber = subscriberOf(v, client)
+	}
 	readNote(&o.ev.Decision, note, o.cats[:0])
-	o.ev.Took = f.r.now().Sub(rq.start)
 	f.r.obs.Answered(&o.ev)
+}
+
+// found is a client's session as the path that answered found it: known
+// when it was looked up, ok when the client has one (s).
+type found struct {
+	s         sessionindex.Entry
+	ok, known bool
+}
+
+// subscriber is the Subscriber of a known session.
+func (fs *found) subscriber() Subscriber {
+	if !fs.ok {
+		return Subscriber{}
+	}
+	return subscriberFrom(fs.s)
 }
 
 // subscriberOf is the session client's address maps to under v.
@@ -379,6 +415,10 @@ func subscriberOf(v *policy.View, client netip.Addr) Subscriber {
 	if !ok {
 		return Subscriber{}
 	}
+	return subscriberFrom(s)
+}
+
+func subscriberFrom(s sessionindex.Entry) Subscriber {
 	return Subscriber{Org: s.Org(), SessionID: s.ID(), Username: s.Username(), DeviceID: s.DeviceID(), Location: s.Location()}
 }
 

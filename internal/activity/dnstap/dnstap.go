@@ -47,7 +47,8 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Logger tells of connections made and lost (nil: discarded).
 	Logger *slog.Logger
-	// Clock is the time (nil: time.Now).
+	// Clock is the response time of an Answered without its time (At
+	// zero; the resolver always sets it); nil: time.Now.
 	Clock func() time.Time
 }
 
@@ -151,7 +152,11 @@ func (w *Writer) Answered(a *resolver.Answered) {
 	}
 	bp := w.bufs.Get().(*[]byte)
 	b := append((*bp)[:0], a.Reply...)
-	r := record{nReply: len(a.Reply), client: a.Client, at: w.now(), took: a.Took, qtype: a.Type,
+	at := a.At // the resolver's reading of the clock
+	if at.IsZero() {
+		at = w.now()
+	}
+	r := record{nReply: len(a.Reply), client: a.Client, at: at, took: a.Took, qtype: a.Type,
 		transport: a.Transport, dropped: a.Rcode == resolver.RcodeDropped}
 	if v := a.Decision.Verdict; v == policy.VerdictBlock || v == policy.VerdictRedirect {
 		r.blocked, r.reason, r.action = true, reasonIndex(a.Decision.Reason), policyAction(a.Decision.Action)

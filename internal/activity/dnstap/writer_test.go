@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
@@ -121,5 +122,30 @@ func TestNewRefuses(t *testing.T) {
 		if _, err := New(cfg); err == nil {
 			t.Errorf("New(%+v): no error", cfg)
 		}
+	}
+}
+
+// TestAnsweredUsesItsTime: the response time is the resolver's (At), not
+// another reading of the writer's clock; its Clock stands in only for an
+// event without one. The name, a view of memory the resolver rewrites for
+// its next query, is copied.
+func TestAnsweredUsesItsTime(t *testing.T) {
+	w, err := New(Config{Socket: "unix:/nonexistent/dnstap.sock", Queue: 2,
+		Clock: func() time.Time { return time.Unix(1_800_000_000, 5) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Unix(1_900_000_000, 7)
+	name := []byte("a.example.")
+	a := &resolver.Answered{Name: unsafe.String(&name[0], len(name)), Type: dns.TypeA, Transport: policy.TransportUDP,
+		Client: netip.MustParseAddrPort("192.0.2.1:1234"), Rcode: resolver.RcodeDropped, At: at, Took: time.Millisecond}
+	w.Answered(a)
+	copy(name, "zzzzzzzzzz")
+	r := <-w.queue
+	if !r.at.Equal(at) {
+		t.Errorf("response time %v, want the event's %v", r.at, at)
+	}
+	if got := string(r.name()); got != "a.example." {
+		t.Errorf("name %q after the resolver reused its buffer, want a copy, a.example.", got)
 	}
 }
