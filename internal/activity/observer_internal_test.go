@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/svc-pf/svc-pf/internal/policy"
+	"github.com/svc-pf/svc-pf/internal/promtest"
 	"github.com/svc-pf/svc-pf/internal/resolver"
 )
 
@@ -169,42 +170,10 @@ func TestRecorderSampling(t *testing.T) {
 		if total != n || len(counts) != 1 {
 			t.Errorf("sample_allowed %d: counts %+v, want one of %d", tt.sample, counts, n)
 		}
-		if got := metric(t, reg, "svcpf_activity_allows_counted_total"); got != n {
+		if got := promtest.Value(t, reg, "svcpf_activity_allows_counted_total"); got != n {
 			t.Errorf("svcpf_activity_allows_counted_total %v, want %d", got, n)
 		}
 	}
-}
-
-// metric is the value of one series of reg (labels: name, value pairs).
-func metric(t testing.TB, reg *prometheus.Registry, name string, labels ...string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, x := range mf.GetMetric() {
-			have := map[string]string{}
-			for _, l := range x.GetLabel() {
-				have[l.GetName()] = l.GetValue()
-			}
-			for i := 0; i+1 < len(labels); i += 2 {
-				if have[labels[i]] != labels[i+1] {
-					continue next
-				}
-			}
-			if x.GetCounter() != nil {
-				return x.GetCounter().GetValue()
-			}
-			return x.GetGauge().GetValue()
-		}
-	}
-	t.Fatalf("no metric %s%v", name, labels)
-	return 0
 }
 
 // TestRecorderCounts: plain allows are counted per subscriber, interval
@@ -325,13 +294,13 @@ func TestRecorderQueueFull(t *testing.T) {
 	for range 15 {
 		r.Answered(answered("192.0.2.7", alice, "bad.test.", policy.VerdictBlock, policy.ActionNXDomain, policy.ReasonBlocklist))
 	}
-	if got := metric(t, reg, "svcpf_activity_dropped_total", "stage", "queue"); got != 5 {
+	if got := promtest.Value(t, reg, "svcpf_activity_dropped_total", "stage", "queue"); got != 5 {
 		t.Errorf("dropped{stage=queue} %v, want 5", got)
 	}
-	if got := metric(t, reg, "svcpf_activity_events_total"); got != 15 {
+	if got := promtest.Value(t, reg, "svcpf_activity_events_total"); got != 15 {
 		t.Errorf("events_total %v, want 15", got)
 	}
-	if got := metric(t, reg, "svcpf_activity_queue_events"); got != 10 {
+	if got := promtest.Value(t, reg, "svcpf_activity_queue_events"); got != 10 {
 		t.Errorf("queue_events %v, want 10", got)
 	}
 	evs, _, _ := drain(t, p, false)
@@ -405,12 +374,12 @@ func TestAnsweredNeverWaitsForThePublisher(t *testing.T) {
 	if js.calls.Load() == 0 {
 		t.Fatal("the publisher never tried to publish: the test did not hold it stuck")
 	}
-	dropped := metric(t, reg, "svcpf_activity_dropped_total", "stage", "queue") +
-		metric(t, reg, "svcpf_activity_dropped_total", "stage", "buffer")
+	dropped := promtest.Value(t, reg, "svcpf_activity_dropped_total", "stage", "queue") +
+		promtest.Value(t, reg, "svcpf_activity_dropped_total", "stage", "buffer")
 	if dropped == 0 {
 		t.Errorf("%d events with the publisher stuck and nothing dropped", goroutines*each)
 	}
-	if got := metric(t, reg, "svcpf_activity_events_total"); got != goroutines*each {
+	if got := promtest.Value(t, reg, "svcpf_activity_events_total"); got != goroutines*each {
 		t.Errorf("events_total %v, want %d (sample_allowed 1)", got, goroutines*each)
 	}
 }
