@@ -131,7 +131,7 @@ func (f *front) serve(w replier, rq *request, v *policy.View, i int, dst []byte)
 		}
 		reply := dnswire.AppendError(dst, q, pe.Rcode(), ourUDPSize)
 		if r.obs != nil {
-			f.observe(rq, v, client, nil, pe.Rcode(), reply, nil, CachedNone)
+			f.observe(rq, v, client, found{}, pe.Rcode(), reply, nil, CachedNone)
 		}
 		return reply, outReply
 	}
@@ -145,13 +145,16 @@ func (f *front) serve(w replier, rq *request, v *policy.View, i int, dst []byte)
 		reply := dnswire.AppendError(dst, q, dnswire.RcodeBadVers, ourUDPSize)
 		sh.Replied(dnswire.RcodeBadVers, r.now().Sub(rq.start))
 		if r.obs != nil {
-			f.observe(rq, v, client, nil, dnswire.RcodeBadVers, reply, nil, CachedNone)
+			f.observe(rq, v, client, found{}, dnswire.RcodeBadVers, reply, nil, CachedNone)
 		}
 		return reply, outReply
 	}
 	// 3. client → policy, 4. the packet cache
 	var p *policy.Policy
-	var sess found // the client's session, when the memo found it
+	// The client's session, when the memo found it: passed by value (its
+	// address taken, it would move to the heap for every query, hits
+	// without an observer included: the slow path's goroutine captures it).
+	var sess found
 	keyed := false
 	if f.reader != nil {
 		p, sess = f.memo.policyFor(r.engine, v, client, i)
@@ -162,7 +165,7 @@ func (f *front) serve(w replier, rq *request, v *policy.View, i int, dst []byte)
 				sh.PacketCacheHit(int(ans[3] & 0x0f))
 				countNote(sh, note)
 				if r.obs != nil {
-					f.observe(rq, v, client, &sess, int(ans[3]&0x0f), ans, note, CachedPacket)
+					f.observe(rq, v, client, sess, int(ans[3]&0x0f), ans, note, CachedPacket)
 				}
 				return ans, outReply
 			}
@@ -188,7 +191,7 @@ func (f *front) serve(w replier, rq *request, v *policy.View, i int, dst []byte)
 		}
 		reply := dnswire.AppendError(dst, q, dnswire.RcodeServerFailure, ourUDPSize)
 		if r.obs != nil {
-			f.observe(rq, v, client, &sess, dnswire.RcodeServerFailure, reply, nil, CachedNone)
+			f.observe(rq, v, client, sess, dnswire.RcodeServerFailure, reply, nil, CachedNone)
 		}
 		return reply, outReply
 	}
@@ -370,7 +373,7 @@ func (r *Resolver) observeSlow(ob *slowObs, q *query, from netip.AddrPort, rcode
 // under v (not looked up again when known).
 //
 //go:noinline
-func (f *front) observe(rq *request, v *policy.View, client netip.Addr, sess *found, rcode int, reply, note []byte,
+func (f *front) observe(rq *request, v *policy.View, client netip.Addr, sess found, rcode int, reply, note []byte,
 	cached Cached) {
 	o, q := &f.obs, &f.q
 	at := f.r.now()
@@ -382,7 +385,7 @@ func (f *front) observe(rq *request, v *policy.View, client netip.Addr, sess *fo
 		// observer copies what it keeps (Observer).
 		o.ev.Name, o.ev.Type = unsafe.String(unsafe.SliceData(o.name), len(o.name)), q.QType
 	}
-	if sess != nil && sess.known {
+	if sess.known {
 		o.ev.Subscriber = sess.subscriber()
 	} else {
 		o.ev.Subscriber = subscriberOf(v, client)
