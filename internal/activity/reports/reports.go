@@ -136,34 +136,33 @@ func Buckets(s activity.Summary) []time.Time {
 	return out
 }
 
-// org reads and checks the {org} segment and the query string; it
-// answers 400 itself and reports false when either is bad.
-func org(w http.ResponseWriter, r *http.Request) (string, url.Values, bool) {
-	org := r.PathValue("org")
-	if err := identity.ValidateOrg(org); err != nil {
-		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
-		return "", nil, false
+// ask reads the {org} segment and the query string into a question with
+// parse, and checks that a store is configured: both endpoints' first
+// steps. It answers 400 or 503 itself and reports false when it did.
+func ask[Q any](rp *Reports, w http.ResponseWriter, r *http.Request,
+	parse func(string, url.Values, time.Time) (Q, error)) (q Q, org string, v url.Values, ok bool) {
+	org = r.PathValue("org")
+	err := identity.ValidateOrg(org)
+	if err == nil {
+		v, err = httpapi.ParseQuery(r.URL.RawQuery)
 	}
-	v, err := httpapi.ParseQuery(r.URL.RawQuery)
+	if err == nil {
+		q, err = parse(org, v, rp.cfg.Clock())
+	}
 	if err != nil {
 		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
-		return "", nil, false
-	}
-	return org, v, true
-}
-
-func (rp *Reports) events(w http.ResponseWriter, r *http.Request) {
-	o, v, ok := org(w, r)
-	if !ok {
-		return
-	}
-	q, err := ParseEvents(o, v, rp.cfg.Clock())
-	if err != nil {
-		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
-		return
+		return q, "", nil, false
 	}
 	if rp.cfg.Reader == nil {
 		httpapi.WriteError(w, http.StatusServiceUnavailable, NotConfigured)
+		return q, "", nil, false
+	}
+	return q, org, v, true
+}
+
+func (rp *Reports) events(w http.ResponseWriter, r *http.Request) {
+	q, o, v, ok := ask(rp, w, r, ParseEvents)
+	if !ok {
 		return
 	}
 	page, err := rp.Events(r.Context(), q)
@@ -194,17 +193,8 @@ func (rp *Reports) events(w http.ResponseWriter, r *http.Request) {
 }
 
 func (rp *Reports) summary(w http.ResponseWriter, r *http.Request) {
-	o, v, ok := org(w, r)
+	q, _, _, ok := ask(rp, w, r, ParseSummary)
 	if !ok {
-		return
-	}
-	q, err := ParseSummary(o, v, rp.cfg.Clock())
-	if err != nil {
-		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	if rp.cfg.Reader == nil {
-		httpapi.WriteError(w, http.StatusServiceUnavailable, NotConfigured)
 		return
 	}
 	s, err := rp.Summary(r.Context(), q)
