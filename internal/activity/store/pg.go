@@ -73,13 +73,21 @@ func (p *pgStore) migrate(ctx context.Context) error {
 		return fmt.Errorf("activity store: connect to postgres: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1, $2)`, pgLockClass, pgLockMigrate); err != nil {
+	if err := lockSchema(ctx, tx, pgLockMigrate); err != nil {
 		return err
 	}
 	if err := migrate(ctx, tx, "postgres", "activity_schema_migrations"); err != nil {
 		return err
 	}
 	return tx.Commit()
+}
+
+// lockSchema takes, for tx's duration, the advisory lock what names in
+// the current schema: stores in other schemas of one database (another
+// installation, a test beside this one) do not wait for it.
+func lockSchema(ctx context.Context, tx *sql.Tx, what int) error {
+	_, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1, hashtext(current_schema() || '/' || $2))`, pgLockClass, strconv.Itoa(what))
+	return err
 }
 
 func (p *pgStore) close() error { return p.db.Close() }
@@ -104,7 +112,7 @@ func (p *pgStore) ensurePartitions(ctx context.Context, day int32) error {
 	defer func() { _ = tx.Rollback() }()
 	// Two collectors creating one partition at once would collide in the
 	// catalog despite IF NOT EXISTS.
-	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1, $2)`, pgLockClass, pgLockPartition); err != nil {
+	if err := lockSchema(ctx, tx, pgLockPartition); err != nil {
 		return err
 	}
 	for _, d := range []int32{day, day + 1} {
@@ -395,7 +403,7 @@ func (p *pgStore) dropBefore(ctx context.Context, day int32) (int, error) {
 		return 0, err
 	}
 	defer func() { _ = tx.Rollback() }()
-	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1, $2)`, pgLockClass, pgLockPartition); err != nil {
+	if err := lockSchema(ctx, tx, pgLockPartition); err != nil {
 		return 0, err
 	}
 	rows, err := tx.QueryContext(ctx, `SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
