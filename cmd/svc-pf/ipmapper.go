@@ -26,12 +26,14 @@ import (
 const ipmapperSessionsUsage = `Usage:
   svc-pf ipmapper sessions --ip ADDR | --org ORG | --username NAME | --deviceid ID | --id ID
                            [--limit N] [--after ID] [--url http://127.0.0.1:8083]
-                           [--token-file FILE] [--json]
+                           [--producer NAME] [--token-file FILE] [--json]
 
 Shows what the IP Mapper's session table holds, read-only, from GET /sessions on its
 HTTP listener (http.address; ipmapper.http.address under svc-pf all). --ip is the
 longest-prefix match; the other selectors list every match in id order, a page of
 --limit (default 100, at most 10000) at a time: the footer gives the next --after.
+--producer keeps only that producer's sessions (radius for RADIUS accounting's;
+--producer '' for the orgmanager's, shown as - in the PRODUCER column).
 
 GET /sessions needs a bearer token (docs/access.md): --token-file names a file holding
 one (under svc-pf all, <data_dir>/admin.token is the first admin token), else the
@@ -56,6 +58,8 @@ func runIPMapperSessions(ctx context.Context, args []string, stdout, stderr io.W
 	asJSON := fs.Bool("json", false, "print the endpoint's JSON reply instead of a table")
 	limit := fs.Int("limit", 0, "sessions per page, 1..10000 (default: the IP Mapper's, 100)")
 	after := fs.String("after", "", "continue after this session id (the previous page's next)")
+	producer := fs.String("producer", "", "only this producer's sessions ('' for the orgmanager's)")
+	producerSet := false
 	selectors := []string{"ip", "org", "username", "deviceid", "id"}
 	values := map[string]*string{}
 	for _, name := range selectors {
@@ -85,6 +89,7 @@ func runIPMapperSessions(ctx context.Context, args []string, stdout, stderr io.W
 			q.Set(f.Name, f.Value.String())
 		}
 		limitSet = limitSet || f.Name == "limit"
+		producerSet = producerSet || f.Name == "producer"
 	})
 	switch {
 	case len(chosen) == 0:
@@ -109,6 +114,9 @@ func runIPMapperSessions(ctx context.Context, args []string, stdout, stderr io.W
 	}
 	if *after != "" {
 		q.Set("after", *after)
+	}
+	if producerSet {
+		q.Set("producer", *producer)
 	}
 	endpoint, err := sessionsURL(*base, q)
 	if err != nil {
@@ -245,7 +253,7 @@ func printSessions(w io.Writer, r wire.SessionsReply) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tORG\tALLOCATIONS\tUSERNAME\tDEVICEID\tLOCATION\tREVISION\tUPDATED\tEXPIRES")
+	fmt.Fprintln(tw, "ID\tORG\tPRODUCER\tALLOCATIONS\tUSERNAME\tDEVICEID\tLOCATION\tREVISION\tUPDATED\tEXPIRES")
 	for _, s := range r.Sessions {
 		allocs := make([]string, len(s.Allocations))
 		for i, a := range s.Allocations {
@@ -255,7 +263,7 @@ func printSessions(w io.Writer, r wire.SessionsReply) {
 		if s.ExpiresAt != nil {
 			expires = s.ExpiresAt.UTC().Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", cell(s.ID), cell(s.Org), strings.Join(allocs, ","),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", cell(s.ID), cell(s.Org), cell(s.Producer), strings.Join(allocs, ","),
 			cell(s.Username), cell(s.DeviceID), cell(s.Location), s.Revision, s.UpdatedAt.UTC().Format(time.RFC3339), expires)
 	}
 	_ = tw.Flush()

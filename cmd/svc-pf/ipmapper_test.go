@@ -89,6 +89,9 @@ func startIPMapper(t *testing.T) string {
 			Attributes: identity.Attributes{Username: "bob", DeviceID: "mac:00:11:22:33:44:55"}},
 		{ID: "s-tab", Org: "acme", Allocations: []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")},
 			Attributes: identity.Attributes{Username: "ev\til"}},
+		{ID: "s-radius", Org: "mobile", Allocations: []netip.Prefix{netip.MustParsePrefix("100.64.0.1/32")},
+			Attributes: identity.Attributes{Username: "dave", DeviceID: "msisdn:447900000001"}, Producer: session.ProducerRADIUS},
+		{ID: "s-mobile-override", Org: "mobile", Allocations: []netip.Prefix{netip.MustParsePrefix("100.64.0.0/24")}},
 	} {
 		if _, err := client.SetSession(context.Background(), s, 0); err != nil {
 			t.Fatal(err)
@@ -129,10 +132,10 @@ func TestIPMapperSessionsCommand(t *testing.T) {
 		t.Fatalf("--org acme: exit %d, stderr %q", code, errOut)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 5 || !regexp.MustCompile(`^ID +ORG +ALLOCATIONS +USERNAME +DEVICEID +LOCATION +REVISION +UPDATED +EXPIRES$`).MatchString(lines[0]) {
+	if len(lines) != 5 || !regexp.MustCompile(`^ID +ORG +PRODUCER +ALLOCATIONS +USERNAME +DEVICEID +LOCATION +REVISION +UPDATED +EXPIRES$`).MatchString(lines[0]) {
 		t.Fatalf("--org acme: want a header, 3 rows and a footer:\n%s", out)
 	}
-	if !regexp.MustCompile(`^s-alice +acme +192\.0\.2\.0/25 +alice +- +hq +0 +\d{4}-\d\d-\d\dT\S+Z +-$`).MatchString(lines[1]) ||
+	if !regexp.MustCompile(`^s-alice +acme +- +192\.0\.2\.0/25 +alice +- +hq +0 +\d{4}-\d\d-\d\dT\S+Z +-$`).MatchString(lines[1]) ||
 		!strings.Contains(lines[2], "mac:00:11:22:33:44:55") ||
 		!strings.Contains(lines[3], `"ev\til"`) || lines[4] != "3 sessions" {
 		t.Fatalf("--org acme: rows not as expected (a tab in a username must be quoted):\n%s", out)
@@ -159,6 +162,22 @@ func TestIPMapperSessionsCommand(t *testing.T) {
 	code, out, _ = runCLI("ipmapper", "sessions", "--url", base, "--org", "acme", "--limit", "2", "--after", m[1])
 	if code != 0 || !strings.Contains(out, "s-tab") || strings.Contains(out, "s-alice") || !strings.HasSuffix(out, "1 session\n") {
 		t.Fatalf("--after %s: exit %d\n%s", m[1], code, out)
+	}
+
+	// The producer column and filter: --producer '' is the orgmanager's.
+	code, out, _ = runCLI("ipmapper", "sessions", "--url", base, "--org", "mobile")
+	if code != 0 || !regexp.MustCompile(`(?m)^s-radius +mobile +radius +100\.64\.0\.1/32 `).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^s-mobile-override +mobile +- +100\.64\.0\.0/24 `).MatchString(out) {
+		t.Fatalf("--org mobile: exit %d, want both producers in the PRODUCER column:\n%s", code, out)
+	}
+	for prod, want := range map[string]string{"radius": "s-radius", "": "s-mobile-override"} {
+		code, out, _ = runCLI("ipmapper", "sessions", "--url", base, "--org", "mobile", "--producer", prod)
+		if code != 0 || !strings.Contains(out, want) || !strings.HasSuffix(out, "1 session\n") {
+			t.Fatalf("--org mobile --producer %q: exit %d, want only %s:\n%s", prod, code, want, out)
+		}
+	}
+	if code, _, errOut := runCLI("ipmapper", "sessions", "--url", base, "--org", "mobile", "--producer", "Bad Name"); code != 2 || !strings.Contains(errOut, "invalid producer") {
+		t.Fatalf("--producer 'Bad Name': exit %d %q", code, errOut)
 	}
 
 	code, out, _ = runCLI("ipmapper", "sessions", "--url", base, "--org", "nobody")

@@ -10,13 +10,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"runtime/debug"
 	"syscall"
 
 	"github.com/svc-pf/svc-pf/internal/app"
-	"github.com/svc-pf/svc-pf/internal/config"
 	// The IANA time zone database is built in, so every machine (orgmanager and
 	// nodes) validates and evaluates settings schedules alike, whatever its
 	// /usr/share/zoneinfo holds.
@@ -37,7 +37,8 @@ const usage = `svc-pf — subscriber-aware DNS content filtering
 
 Usage:
   svc-pf <command> [--config FILE] [--debug]
-  svc-pf feed build|serve|lookup …
+  svc-pf check [--config FILE] <command>
+  svc-pf feed build|update|serve|lookup …
   svc-pf ipmapper sessions --ip ADDR|--org ORG|--username NAME [--url URL] [--token-file FILE] [--json]
   svc-pf token create --role R [--org ORG] [--name N] [--expires D] | list | revoke ID  [-c FILE] | generate
   svc-pf --version
@@ -55,9 +56,17 @@ Commands:
                (default config /etc/svc-pf/resolver.yaml)
   activity     the activity collector: stores the nodes' activity from the stream ACTIVITY into per-day SQLite
                files or PostgreSQL (default config /etc/svc-pf/activity.yaml; docs/activity.md)
+  radius       RADIUS accounting in: Start/Interim-Update/Stop from the NASes become the IP Mapper's sessions
+               (producer radius), answered once stored (default config /etc/svc-pf/radius.yaml; docs/radius.md)
   all          every service above in one process around an embedded NATS server (default config /etc/svc-pf/all.yaml);
                the console at http://127.0.0.1:8080/ui/, its admin token in <data_dir>/admin.token
-  feed         build a category feed from filter lists, serve feed directories over HTTP, look a name up
+  check        validate a command's config file as its start would (strict keys, ${VAR} expansion, every
+               section) without binding or connecting: "FILE: ok for COMMAND", or every error and exit 1
+               (svc-pf check -c FILE resolver; docs/configuration.md). SIGHUP makes a running service re-read
+               its file: log.level; for resolver and all forwarders, allow_from, feeds and rpz; for simulator feeds and rpz;
+               for feed serve the directories it serves
+  feed         build a category feed from filter lists (files or URLs), keep feeds up to date (feed update),
+               serve feed directories over HTTP to the nodes (feed serve -c /etc/svc-pf/feed-serve.yaml), look a name up
   token        create, list and revoke the API's bearer tokens on the orgmanager's database
                (-c the orgmanager's config; --help for its options; docs/access.md)
   version      print the version
@@ -116,13 +125,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	case "feed":
 		return runFeed(ctx, rest, stdout, stderr)
+	case "check":
+		return runCheck(rest, stdout, stderr)
 	case "token":
 		return runToken(ctx, rest, stdout, stderr)
 	case "ipmapper":
 		if len(rest) > 0 && rest[0] == "sessions" {
 			return runIPMapperSessions(ctx, rest[1:], stdout, stderr)
 		}
-	case "orgmanager", "simulator", "resolver", "activity", "all":
+	case "orgmanager", "simulator", "resolver", "activity", "radius", "all":
 	default:
 		fmt.Fprintf(stderr, "svc-pf: unknown command %q\n\n%s", cmd, usage)
 		return 2
@@ -159,38 +170,40 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "config" || f.Name == "c" })
 
 	v := app.Version(buildVersion())
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	svc := serviceRun{path: configPath, explicit: explicit, stderr: stderr, debug: *debugLog, hup: hup}
 	var err error
 	switch cmd {
 	case "orgmanager":
-		cfg := app.DefaultOrgManagerConfig()
-		if err = config.Load(configPath, explicit, &cfg); err == nil {
-			err = app.RunOrgManager(ctx, cfg, v, app.NewLogger(stderr, cfg.Log, *debugLog))
-		}
+		err = serve(ctx, svc, app.DefaultOrgManagerConfig, orgManagerLog, func(ctx context.Context, cfg app.OrgManagerConfig, log *slog.Logger, _ *app.Reloader[app.OrgManagerConfig]) error {
+			return app.RunOrgManager(ctx, cfg, v, log)
+		})
 	case "ipmapper":
-		cfg := app.DefaultIPMapperConfig()
-		if err = config.Load(configPath, explicit, &cfg); err == nil {
-			err = app.RunIPMapper(ctx, cfg, v, app.NewLogger(stderr, cfg.Log, *debugLog))
-		}
+		err = serve(ctx, svc, app.DefaultIPMapperConfig, ipMapperLog, func(ctx context.Context, cfg app.IPMapperConfig, log *slog.Logger, _ *app.Reloader[app.IPMapperConfig]) error {
+			return app.RunIPMapper(ctx, cfg, v, log)
+		})
 	case "simulator":
-		cfg := app.DefaultSimulatorConfig()
-		if err = config.Load(configPath, explicit, &cfg); err == nil {
-			err = app.RunSimulator(ctx, cfg, v, app.NewLogger(stderr, cfg.Log, *debugLog), *testAndExit)
-		}
+		err = serve(ctx, svc, app.DefaultSimulatorConfig, simulatorLog, func(ctx context.Context, cfg app.SimulatorConfig, log *slog.Logger, rl *app.Reloader[app.SimulatorConfig]) error {
+			return app.RunSimulator(ctx, cfg, v, log, *testAndExit, rl)
+		})
 	case "resolver":
-		cfg := app.DefaultResolverConfig()
-		if err = config.Load(configPath, explicit, &cfg); err == nil {
-			err = app.RunResolver(ctx, cfg, v, app.NewLogger(stderr, cfg.Log, *debugLog))
-		}
+		err = serve(ctx, svc, app.DefaultResolverConfig, resolverLog, func(ctx context.Context, cfg app.ResolverConfig, log *slog.Logger, rl *app.Reloader[app.ResolverConfig]) error {
+			return app.RunResolver(ctx, cfg, v, log, rl)
+		})
 	case "activity":
-		cfg := app.DefaultActivityConfig()
-		if err = config.Load(configPath, explicit, &cfg); err == nil {
-			err = app.RunActivity(ctx, cfg, v, app.NewLogger(stderr, cfg.Log, *debugLog))
-		}
+		err = serve(ctx, svc, app.DefaultActivityConfig, activityLog, func(ctx context.Context, cfg app.ActivityConfig, log *slog.Logger, _ *app.Reloader[app.ActivityConfig]) error {
+			return app.RunActivity(ctx, cfg, v, log)
+		})
+	case "radius":
+		err = serve(ctx, svc, app.DefaultRadiusConfig, radiusLog, func(ctx context.Context, cfg app.RadiusConfig, log *slog.Logger, _ *app.Reloader[app.RadiusConfig]) error {
+			return app.RunRadius(ctx, cfg, v, log)
+		})
 	case "all":
-		cfg := app.DefaultAllConfig()
-		if err = config.Load(configPath, explicit, &cfg); err == nil {
-			err = app.RunAll(ctx, cfg, v, app.NewLogger(stderr, cfg.Log, *debugLog))
-		}
+		err = serve(ctx, svc, app.DefaultAllConfig, allLog, func(ctx context.Context, cfg app.AllConfig, log *slog.Logger, rl *app.Reloader[app.AllConfig]) error {
+			return app.RunAll(ctx, cfg, v, log, rl)
+		})
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "svc-pf %s: %v\n", cmd, err)

@@ -42,7 +42,7 @@ const readmeRunCommand = "go run ./cmd/svc-pf all\n"
 // readmeRunWrapped is how the script runs readmeRunCommand (%s).
 const readmeRunWrapped = `setsid bash -c 'exec %s' 2> "$(mktemp)" &
 readme_run=$!
-for i in $(seq 120); do
+for i in $(seq 180); do
   curl -sf localhost:8080/health > /dev/null && curl -sf localhost:8082/health > /dev/null && break
   sleep 1
 done
@@ -94,10 +94,10 @@ func TestReadme(t *testing.T) {
 	if os.Geteuid() != 0 {
 		flags = append([]string{"--user", "--map-root-user"}, flags...)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 7*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "unshare", append(flags, "--", os.Args[0],
-		"-test.run=^TestReadme$", "-test.v", "-test.count=1", "-test.timeout=6m")...)
+		"-test.run=^TestReadme$", "-test.v", "-test.count=1", "-test.timeout=7m")...)
 	cmd.Env = append(os.Environ(), readmeInsideEnv+"="+repo, readmeResolvEnv+"="+resolv)
 	cmd.WaitDelay = 10 * time.Second
 	out, err := cmd.CombinedOutput()
@@ -208,7 +208,7 @@ func checkReadmeOutput(t *testing.T, out, log string) {
 			t.Errorf("the README's output does not show %q:\n%s", want, out)
 		}
 	}
-	if !regexp.MustCompile(`(?m)^[0-9a-f]{32}\s+acme\s+127\.0\.0\.2/32\s+alice\s`).MatchString(out) {
+	if !regexp.MustCompile(`(?m)^[0-9a-f]{32}\s+acme\s+-\s+127\.0\.0\.2/32\s+alice\s`).MatchString(out) {
 		t.Errorf("svc-pf ipmapper sessions does not show alice's session:\n%s", out)
 	}
 	// The two digs in order: alice's NXDOMAIN, then 127.0.0.3's answer

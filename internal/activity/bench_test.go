@@ -31,14 +31,15 @@ func benchRecorder(b *testing.B, sample int, clientIP string) *Recorder {
 // client_ip mode), while the publisher's part takes the events.
 func BenchmarkAnswered(b *testing.B) {
 	subs := func(i uint32) resolver.Subscriber {
-		return resolver.Subscriber{Org: "bench-" + string(rune('a'+i%64)), SessionID: "s" + itoa(i), Username: "u" + itoa(i)}
+		return resolver.Subscriber{Org: "bench-" + string(rune('a'+i%64)), SessionID: "s" + itoa(i), Username: "u" + itoa(i),
+			Handle: i + 1}
 	}
 	const nsubs = 1 << 20
 	table := make([]resolver.Subscriber, nsubs)
 	for i := range table {
 		table[i] = subs(uint32(i))
 	}
-	run := func(b *testing.B, r *Recorder, verdict policy.Verdict, reason policy.Reason, many bool) {
+	run := func(b *testing.B, r *Recorder, verdict policy.Verdict, reason policy.Reason, many bool, handles bool) {
 		// The publisher's part: take the queued events every 10 ms.
 		stop, done := make(chan struct{}), make(chan struct{})
 		go func() {
@@ -71,6 +72,9 @@ func BenchmarkAnswered(b *testing.B) {
 					i = i*1664525 + 1013904223
 					s := i % nsubs
 					a.Subscriber = table[s]
+					if !handles {
+						a.Subscriber.Handle = 0
+					}
 					a.Client = netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 16 + byte(s>>16), byte(s >> 8), byte(s)}), 40000)
 				}
 				r.Answered(&a)
@@ -78,14 +82,19 @@ func BenchmarkAnswered(b *testing.B) {
 		})
 	}
 	b.Run("plain-allow", func(b *testing.B) {
-		run(b, benchRecorder(b, 50, ClientFull), policy.VerdictAllow, policy.ReasonDefault, false)
+		run(b, benchRecorder(b, 50, ClientFull), policy.VerdictAllow, policy.ReasonDefault, false, true)
 	})
+	// As the resolver calls it: every subscriber with its handle.
 	b.Run("plain-allow-1M-subscribers", func(b *testing.B) {
-		run(b, benchRecorder(b, 50, ClientFull), policy.VerdictAllow, policy.ReasonDefault, true)
+		run(b, benchRecorder(b, 50, ClientFull), policy.VerdictAllow, policy.ReasonDefault, true, true)
+	})
+	// Without handles: every key in the count tables.
+	b.Run("plain-allow-1M-subscribers-no-handle", func(b *testing.B) {
+		run(b, benchRecorder(b, 50, ClientFull), policy.VerdictAllow, policy.ReasonDefault, true, false)
 	})
 	for _, mode := range []string{ClientFull, ClientTruncate, ClientHash, ClientNone} {
 		b.Run("block-"+mode, func(b *testing.B) {
-			run(b, benchRecorder(b, 50, mode), policy.VerdictBlock, policy.ReasonCategory, false)
+			run(b, benchRecorder(b, 50, mode), policy.VerdictBlock, policy.ReasonCategory, false, true)
 		})
 	}
 }
@@ -107,8 +116,8 @@ func itoa(i uint32) string {
 // BenchmarkCountSeen is the count of a plain allow whose key was seen
 // before in its interval, the common case, with one shard's share of a
 // million keys (2^18: far more than the caches hold), in random order:
-// the count table (countTable) against a Go map of the same keys and
-// counts, which it replaced.
+// the dense array by handle and the count table (countTable), against a
+// Go map of the same keys and counts, which the table replaced.
 func BenchmarkCountSeen(b *testing.B) {
 	const n = 1 << 18
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -136,6 +145,30 @@ func BenchmarkCountSeen(b *testing.B) {
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
 			add(keys[order[i&(len(order)-1)]])
+		}
+	})
+	// The dense array by handle (a subscriber's first key of the
+	// interval): one shard's share of a million handles.
+	b.Run("dense", func(b *testing.B) {
+		m := &countMap{}
+		add := func(i uint32, h uint64) {
+			if int(i) >= len(m.dense) {
+				m.growDense(i)
+			}
+			d := &m.dense[i]
+			if d.n != 0 && d.h != h {
+				b.Fatal("wrong key")
+			}
+			d.h = h
+			d.n++
+		}
+		for i, k := range keys {
+			add(uint32(i), k[0])
+		}
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			j := order[i&(len(order)-1)]
+			add(j, keys[j][0])
 		}
 	})
 	b.Run("go-map", func(b *testing.B) {

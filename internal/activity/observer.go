@@ -32,9 +32,11 @@ import (
 // both from there into batches for the ACTIVITY stream. The resolver calls
 // Answered on the goroutine that answered, so it must cost little and
 // never wait: the Recorder's state is split into shards (a plain allow's
-// by its count key, an event's by the client's address), each behind its own mutex that only the publisher's
-// short swaps ever contend for; nothing in Answered does I/O, and a plain
-// allow whose key was seen before in its interval allocates nothing.
+// by its subscriber's handle, or by its count key when it has none or its
+// handle's place is taken; an event's by the client's address), each
+// behind its own mutex that only the publisher's short swaps ever contend
+// for; nothing in Answered does I/O, and a plain allow whose key was seen
+// before in its interval allocates nothing.
 
 // RecorderConfig configures a Recorder.
 type RecorderConfig struct {
@@ -65,6 +67,11 @@ const flushEvents = 1000
 // Four million keys hold a million subscribers with a few categories each.
 const maxCountKeys = 4 << 20
 
+// maxDenseHandles bounds the handles (sessions of the index) whose first
+// key is counted in the dense arrays: 16 bytes each per interval, 128 MiB
+// at most; a session in a slot past it is counted in the table.
+const maxDenseHandles = 8 << 20
+
 // maxHashCache bounds a shard's memo of client hashes (the HMAC costs
 // about a microsecond; a busy client's is computed once a day).
 const maxHashCache = 4096
@@ -79,11 +86,13 @@ type Recorder struct {
 	clientIP string
 	queueCap int64
 	maxKeys  int // per shard
+	maxDense int // handle indexes per shard counted in the dense array
 	boot     uint64
 	cfg      Config
 
-	shards []recShard
-	mask   uint32
+	shards    []recShard
+	mask      uint32
+	shardBits uint8 // log2(len(shards))
 
 	seed1, seed2 maphash.Seed
 
@@ -150,13 +159,40 @@ type recShard struct {
 // countMap counts one interval's plain allows by subscriber, reason and
 // category. Nothing in it is a pointer the garbage collector must follow
 // (a million subscribers' keys would be scanned at every cycle): keys are
-// 128-bit hashes, and the subscriber's and reason's strings are copied
-// once per interval into arena.
+// hashes, and the subscriber's and reason's strings are copied once per
+// interval into arena.
+//
+// A subscriber's first key of the interval is counted in dense, by its
+// handle (resolver.Subscriber.Handle: the session's slot in the index):
+// one 16-byte place per subscriber of the shard, a compact array rather
+// than a table of a million keys, so that the count of a subscriber seen
+// before is an increment where the caches have a better chance, without
+// the table's probe and second hash. The place keeps the key's 64-bit
+// hash: another key of the same handle (another reason or category, or
+// another session after the slot was reused) goes to idx.
 type countMap struct {
 	start int64        // the interval's start, Unix ns
-	idx   countTable   // the counts
+	idx   countTable   // the counts of the keys not in dense
+	dense []denseSlot  // by handle's index in the shard
 	ents  []countEntry // each key's strings, in the order first seen
 	arena []byte
+}
+
+// denseSlot is a handle's first key: its hash and count (0: none yet).
+type denseSlot struct {
+	h uint64
+	n uint64
+}
+
+// empty says whether m counted nothing.
+func (m *countMap) empty() bool { return len(m.ents) == 0 }
+
+// n is e's count.
+func (m *countMap) n(e *countEntry) uint64 {
+	if e.dense != 0 {
+		return m.dense[e.dense-1].n
+	}
+	return m.idx.get(e.h)
 }
 
 // countTable maps a count's key hash to its count: open addressing with
@@ -235,12 +271,14 @@ func (t *countTable) reset() {
 type countHash [2]uint64
 
 // countEntry is one key: its strings are arena[off:], the subscriber's
-// five then the reason, lens long.
+// five then the reason, lens long; its count is in dense[dense-1], or in
+// idx under h when dense is 0.
 type countEntry struct {
-	h    countHash
-	off  uint32
-	lens [6]uint16
-	cat  uint16
+	h     countHash
+	off   uint32
+	dense uint32
+	lens  [6]uint16
+	cat   uint16
 }
 
 func newCountMap() *countMap { return &countMap{} }
@@ -284,9 +322,9 @@ func NewRecorder(cfg RecorderConfig) (*Recorder, error) {
 	r := &Recorder{
 		node: cfg.Node, now: cfg.Clock, log: cfg.Logger, iv: int64(cfg.Config.CountInterval),
 		sample: uint32(min(cfg.Config.SampleAllowed, math.MaxUint32)), clientIP: cfg.Config.ClientIP,
-		queueCap: int64(cfg.Config.Queue), maxKeys: max(maxCountKeys/n, 1024), cfg: cfg.Config,
+		queueCap: int64(cfg.Config.Queue), maxKeys: max(maxCountKeys/n, 1024), maxDense: max(maxDenseHandles/n, 1024), cfg: cfg.Config,
 		boot:   uint64(boot[0]) | uint64(boot[1])<<8 | uint64(boot[2])<<16 | uint64(boot[3])<<24 | uint64(boot[4])<<32 | uint64(boot[5])<<40 | uint64(boot[6])<<48 | uint64(boot[7])<<56,
-		shards: make([]recShard, n), mask: uint32(n - 1), wake: make(chan struct{}, 1), keyDay: math.MinInt64,
+		shards: make([]recShard, n), mask: uint32(n - 1), shardBits: uint8(bits.Len(uint(n - 1))), wake: make(chan struct{}, 1), keyDay: math.MinInt64,
 		seed1: maphash.MakeSeed(), seed2: maphash.MakeSeed(),
 	}
 	for i := range r.shards {
@@ -349,8 +387,12 @@ func (r *Recorder) Answered(a *resolver.Answered) {
 		s.mu.Unlock()
 		return
 	}
-	// A plain allow goes to its count key's shard, so that one key is
-	// counted in one shard only and the publisher need not add shards up.
+	// A plain allow goes to its handle's shard, where its subscriber's
+	// first key of the interval is counted in the dense array; any other
+	// key, and a key without a handle, to its count key's shard, so that
+	// one key is counted in one shard only (but when its session moved to
+	// another slot within the interval) and the publisher need not add
+	// shards up.
 	var k countKey
 	k.fields = [6]string{a.Subscriber.Org, a.Subscriber.SessionID, a.Subscriber.Username, a.Subscriber.DeviceID,
 		a.Subscriber.Location, string(d.Reason)}
@@ -360,10 +402,24 @@ func (r *Recorder) Answered(a *resolver.Answered) {
 	if len(d.Categories) > 0 {
 		k.cat = d.Categories[0]
 	}
-	h := r.hashKey(&k)
-	s := &r.shards[uint32(h[0]>>32)&r.mask]
-	s.mu.Lock()
-	r.count(s, &k, h, now)
+	var buf [256]byte
+	kb := k.bytes(&buf)
+	h0 := r.hash(&k, kb, r.seed1)
+	var s *recShard
+	if hd := a.Subscriber.Handle; hd != 0 {
+		s = &r.shards[(hd-1)&r.mask]
+		s.mu.Lock()
+		if !r.countDense(s, &k, (hd-1)>>r.shardBits, h0, now) {
+			s.mu.Unlock()
+			s = nil
+		}
+	}
+	if s == nil {
+		h := countHash{h0, r.hash(&k, kb, r.seed2)}
+		s = &r.shards[uint32(h[0]>>32)&r.mask]
+		s.mu.Lock()
+		r.count(s, &k, h, now)
+	}
 	if r.sample == 0 {
 		s.mu.Unlock()
 		return
@@ -384,8 +440,9 @@ type countKey struct {
 	cat    uint16
 }
 
-// count counts a plain allow; s.mu is held.
-func (r *Recorder) count(s *recShard, k *countKey, h countHash, now time.Time) {
+// interval is the count map of now's interval in s, nil when its slot
+// holds a later interval (counted late); s.mu is held.
+func (r *Recorder) interval(s *recShard, now time.Time) *countMap {
 	ns := now.UnixNano()
 	start := ns - ns%r.iv
 	if ns < 0 && ns%r.iv != 0 {
@@ -393,14 +450,14 @@ func (r *Recorder) count(s *recShard, k *countKey, h countHash, now time.Time) {
 	}
 	m := s.slots[(start/r.iv)&1]
 	if m.start != start {
-		if m.start > start && m.idx.n > 0 {
+		if m.start > start && !m.empty() {
 			// The slot holds a later interval: this query's clock read is
 			// older than an interval (a query that waited a long time for
 			// the lock, a clock stepped back).
 			s.lateUncounted.Add(1)
-			return
+			return nil
 		}
-		if m.idx.n > 0 {
+		if !m.empty() {
 			// The publisher has not taken it yet (it takes an interval
 			// within a quarter of the next): keep it for the publisher.
 			s.stale = append(s.stale, m)
@@ -409,7 +466,78 @@ func (r *Recorder) count(s *recShard, k *countKey, h countHash, now time.Time) {
 		}
 		m.start = start
 	}
-	full := s.keys >= r.maxKeys || len(m.arena) > math.MaxUint32-6*MaxStringLen
+	return m
+}
+
+// full says whether m can take no new key.
+func (r *Recorder) full(s *recShard, m *countMap) bool {
+	return s.keys >= r.maxKeys || len(m.arena) > math.MaxUint32-6*MaxStringLen
+}
+
+// countDense counts a plain allow of handle index i (in s) whose key
+// hashes to h in the dense array, and says whether it did: false when the
+// handle's place holds another key, which then goes to the table. s.mu is
+// held.
+func (r *Recorder) countDense(s *recShard, k *countKey, i uint32, h uint64, now time.Time) bool {
+	m := r.interval(s, now)
+	if m == nil {
+		return true // counted late
+	}
+	if int(i) >= len(m.dense) {
+		if int(i) >= r.maxDense || r.full(s, m) {
+			return false // the table counts it if it holds the key, or counts it uncounted
+		}
+		m.growDense(i)
+	}
+	d := &m.dense[i]
+	if d.n != 0 {
+		if d.h != h {
+			return false
+		}
+		// One increment for a subscriber's key seen before in the interval.
+		d.n++
+		s.counted.Add(1)
+		return true
+	}
+	if r.full(s, m) {
+		return false
+	}
+	d.h, d.n = h, 1
+	s.counted.Add(1)
+	m.add(k, countHash{h}, i+1)
+	s.keys++
+	return true
+}
+
+// growDense makes room in m.dense for index i.
+func (m *countMap) growDense(i uint32) {
+	n := max(2*len(m.dense), int(i)+1, 1024)
+	if n <= cap(m.dense) {
+		m.dense = m.dense[:n] // cleared when given back
+		return
+	}
+	d := make([]denseSlot, n)
+	copy(d, m.dense)
+	m.dense = d
+}
+
+// add records a new key's strings (the resolver's views, copied once).
+func (m *countMap) add(k *countKey, h countHash, dense uint32) {
+	e := countEntry{h: h, off: uint32(len(m.arena)), cat: k.cat, dense: dense}
+	for i, f := range k.fields {
+		e.lens[i] = uint16(len(f))
+		m.arena = append(m.arena, f...)
+	}
+	m.ents = append(m.ents, e)
+}
+
+// count counts a plain allow in the table; s.mu is held.
+func (r *Recorder) count(s *recShard, k *countKey, h countHash, now time.Time) {
+	m := r.interval(s, now)
+	if m == nil {
+		return
+	}
+	full := r.full(s, m)
 	var sl *countSlot
 	if full {
 		if sl = m.idx.lookup(h); sl == nil {
@@ -425,50 +553,48 @@ func (r *Recorder) count(s *recShard, k *countKey, h countHash, now time.Time) {
 	if sl.n > 1 {
 		return
 	}
-	// A new key: its strings are the resolver's views, copied once.
 	sl.h = h
 	m.idx.n++
-	e := countEntry{h: h, off: uint32(len(m.arena)), cat: k.cat}
-	for i, f := range k.fields {
-		e.lens[i] = uint16(len(f))
-		m.arena = append(m.arena, f...)
-	}
-	m.ents = append(m.ents, e)
+	m.add(k, h, 0)
 	s.keys++
 }
 
-// hashKey is the 128-bit hash of a count's key. The key's bytes (each
-// string after its length) are hashed twice, with the two seeds: from a
-// buffer on the stack when they fit, which is one call each.
-func (r *Recorder) hashKey(k *countKey) countHash {
-	var buf [256]byte
+// bytes is the key's bytes (each string after its length, then the
+// category) in buf, nil when they do not fit.
+func (k *countKey) bytes(buf *[256]byte) []byte {
 	n := 2
 	for _, f := range k.fields {
 		n += 2 + len(f)
 	}
-	if n <= len(buf) {
-		b := buf[:0]
-		for _, f := range k.fields {
-			b = append(b, byte(len(f)), byte(len(f)>>8))
-			b = append(b, f...)
-		}
-		b = append(b, byte(k.cat), byte(k.cat>>8))
-		return countHash{maphash.Bytes(r.seed1, b), maphash.Bytes(r.seed2, b)}
+	if n > len(buf) {
+		return nil
 	}
-	var out countHash
-	for j, seed := range [2]maphash.Seed{r.seed1, r.seed2} {
-		var h maphash.Hash
-		h.SetSeed(seed)
-		for _, f := range k.fields {
-			_ = h.WriteByte(byte(len(f)))
-			_ = h.WriteByte(byte(len(f) >> 8))
-			_, _ = h.WriteString(f)
-		}
-		_ = h.WriteByte(byte(k.cat))
-		_ = h.WriteByte(byte(k.cat >> 8))
-		out[j] = h.Sum64()
+	b := buf[:0]
+	for _, f := range k.fields {
+		b = append(b, byte(len(f)), byte(len(f)>>8))
+		b = append(b, f...)
 	}
-	return out
+	return append(b, byte(k.cat), byte(k.cat>>8))
+}
+
+// hash is the 64-bit hash of a count's key with seed: of kb, its bytes,
+// when they fit a buffer (one call), else of the strings in turn. A
+// table's key is the hashes with both seeds (128 bits); a dense place
+// compares the first only, with the few keys of one handle.
+func (r *Recorder) hash(k *countKey, kb []byte, seed maphash.Seed) uint64 {
+	if kb != nil {
+		return maphash.Bytes(seed, kb)
+	}
+	var h maphash.Hash
+	h.SetSeed(seed)
+	for _, f := range k.fields {
+		_ = h.WriteByte(byte(len(f)))
+		_ = h.WriteByte(byte(len(f) >> 8))
+		_, _ = h.WriteString(f)
+	}
+	_ = h.WriteByte(byte(k.cat))
+	_ = h.WriteByte(byte(k.cat >> 8))
+	return h.Sum64()
 }
 
 // newMap is an emptied count map, reused when the publisher gave one back.
@@ -627,7 +753,7 @@ func (r *Recorder) takeCounts(t *taken, until int64, all bool) {
 		}
 		s.stale = s.stale[:0]
 		for j, m := range s.slots {
-			if m.idx.n > 0 && (all || m.start+r.iv <= until) {
+			if !m.empty() && (all || m.start+r.iv <= until) {
 				t.counts = append(t.counts, m)
 				s.keys -= len(m.ents)
 				s.slots[j] = s.newMap()
@@ -642,7 +768,8 @@ func (r *Recorder) takeCounts(t *taken, until int64, all bool) {
 func (r *Recorder) giveBack(ms []*countMap) {
 	for i, m := range ms {
 		m.idx.reset()
-		m.ents, m.arena, m.start = m.ents[:0], m.arena[:0], 0
+		clear(m.dense)
+		m.ents, m.arena, m.start, m.dense = m.ents[:0], m.arena[:0], 0, m.dense[:0]
 		s := &r.shards[uint32(i)&r.mask]
 		s.mu.Lock()
 		if len(s.spare) < 4 {

@@ -463,3 +463,98 @@ func TestRecorderCountTable(t *testing.T) {
 		t.Errorf("uncounted for the limit %d, want %d", limit, want)
 	}
 }
+
+// TestRecorderCountsByHandle: with the resolver's handles, a subscriber's
+// first key of the interval is counted in the dense array and its other
+// keys (another reason, another category) in the table; a handle reused by
+// another session within the interval counts that session apart; a
+// session seen at two handles (deleted and put again) is counted under
+// both (a store adds them up); handles far apart grow the array, and one
+// past its bound is counted in the table; the published counts are the
+// same as without handles.
+func TestRecorderCountsByHandle(t *testing.T) {
+	r, p, clk, _ := newTestRecorder(t, func(c *Config) { c.CountInterval = time.Minute })
+	r.maxDense = 2048 // per shard: handles up to 4 × 2048
+	aliceH, bobH := alice, bob
+	aliceH.Handle, bobH.Handle = 5, 6
+	carol := resolver.Subscriber{Org: "acme", SessionID: "s3", Username: "carol", Handle: 5}     // alice's slot, reused
+	dave := resolver.Subscriber{Org: "beta", SessionID: "s4", Username: "dave", Handle: 100_000} // past the bound
+	erin := resolver.Subscriber{Org: "beta", SessionID: "s5", Username: "erin", Handle: 8000}
+	aliceMoved := aliceH
+	aliceMoved.Handle = 9
+	for range 3 {
+		r.Answered(plain("192.0.2.1", aliceH, "a.test.", 5, 7))
+	}
+	r.Answered(plain("192.0.2.1", aliceH, "b.test."))
+	r.Answered(answered("192.0.2.1", aliceH, "rpz.test.", policy.VerdictAllow, policy.ActionAllow, policy.ReasonRPZ))
+	for range 2 {
+		r.Answered(plain("192.0.2.3", carol, "c.test."))
+	}
+	for i := range 40 {
+		r.Answered(plain(netip.AddrFrom4([4]byte{198, 51, 100, byte(i)}).String(), bobH, "c.test."))
+	}
+	r.Answered(plain("192.0.2.4", dave, "d.test.", 2))
+	r.Answered(plain("192.0.2.4", dave, "d.test.", 2))
+	r.Answered(plain("192.0.2.5", erin, "e.test."))
+	sh := &r.shards[(erin.Handle-1)&r.mask]
+	if n := max(len(sh.slots[0].dense), len(sh.slots[1].dense)); n < 2000 {
+		t.Errorf("erin's handle: dense array of %d", n)
+	}
+	r.Answered(plain("192.0.2.1", aliceMoved, "b.test."))
+	r.Answered(plain("192.0.2.1", aliceH, "a.test.", 5)) // still alice's dense key
+	clk.add(time.Minute)
+	_, counts, _ := drain(t, p, false)
+	key := func(c Count) string {
+		return c.Org + "/" + c.SessionID + "/" + c.Username + "/" + c.DeviceID + "/" + c.Location + "/" + c.Reason + "/" + strconv.Itoa(int(c.Category))
+	}
+	got, n := map[string]uint64{}, map[string]int{}
+	for _, c := range counts {
+		got[key(c)] += c.N
+		n[key(c)]++
+	}
+	want := map[string]uint64{
+		"acme/s1/alice/d1/hq/default/5": 4, "acme/s1/alice/d1/hq/default/0": 2, "acme/s1/alice/d1/hq/rpz/0": 1,
+		"acme/s3/carol///default/0": 2, "acme/s2/bob///default/0": 40, "beta/s4/dave///default/2": 2, "beta/s5/erin///default/0": 1,
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("counts %v, want %v", got, want)
+	}
+	for k, c := range n {
+		if c > 1 && k != "acme/s1/alice/d1/hq/default/0" {
+			t.Errorf("%d counts for %s", c, k)
+		}
+	}
+	// The maps given back are empty for the next interval: the same
+	// handles count from 0.
+	r.Answered(plain("192.0.2.1", aliceH, "a.test.", 5))
+	clk.add(time.Minute)
+	if _, counts, _ = drain(t, p, false); len(counts) != 1 || counts[0].N != 1 || counts[0].Category != 5 {
+		t.Errorf("next interval: %+v, want alice's one plain allow", counts)
+	}
+}
+
+// TestRecorderCountLimitByHandle: the bound on keys holds for the keys
+// counted by handle as for the table's.
+func TestRecorderCountLimitByHandle(t *testing.T) {
+	r, p, _, _ := newTestRecorder(t, nil)
+	const keys, bound = 3000, 2000
+	r.maxKeys = bound / len(r.shards)
+	for round := range 2 {
+		for i := range keys {
+			sub := resolver.Subscriber{Org: "acme", SessionID: "s" + strconv.Itoa(i), Handle: uint32(i + 1)}
+			r.Answered(plain("192.0.2.1", sub, "a.test.", uint16(round))) // round 1: a second key each
+		}
+	}
+	_, counts, _ := drain(t, p, true)
+	var total, limit uint64
+	for _, c := range counts {
+		total += c.N
+	}
+	for i := range r.shards {
+		limit += r.shards[i].limitUncounted.Load()
+	}
+	if len(counts) != bound || total != bound || total+limit != 2*keys {
+		t.Errorf("%d keys, %d counted, %d uncounted; want %d keys counted once, the rest of %d uncounted",
+			len(counts), total, limit, bound, 2*keys)
+	}
+}

@@ -168,7 +168,7 @@ func (p *Publisher) collect(events, final bool) {
 				f := m.strs(e)
 				cs = append(cs, Count{Start: time.Unix(0, m.start).UTC(), Seconds: uint32(r.iv / int64(time.Second)),
 					Org: f[0], SessionID: f[1], Username: f[2], DeviceID: f[3], Location: f[4], Reason: f[5],
-					Category: e.cat, N: m.idx.get(e.h)})
+					Category: e.cat, N: m.n(e)})
 			}
 		}
 		p.counts = cs

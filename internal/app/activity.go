@@ -65,10 +65,12 @@ func ActivityDir(dataDir string) string { return filepath.Join(dataDir, "activit
 
 // RunActivity runs the standalone collector until ctx ends.
 func RunActivity(ctx context.Context, cfg ActivityConfig, v Version, log *slog.Logger) error {
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.Check(); err != nil {
 		return err
 	}
-	nc, err := natsbus.Connect(cfg.NATS.URL, "svc-pf activity", log, true)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	nc, aw, err := connectBus(ctx, cfg.NATS.URL, "svc-pf activity", log)
 	if err != nil {
 		return err
 	}
@@ -77,6 +79,7 @@ func RunActivity(ctx context.Context, cfg ActivityConfig, v Version, log *slog.L
 	if err != nil {
 		return err
 	}
+	a.natsWait = aw
 	if err := a.Run(ctx); err != nil {
 		return err
 	}
@@ -91,6 +94,9 @@ type Activity struct {
 	Collector *collector.Collector
 	server    *httpapi.Server
 	log       *slog.Logger
+	// natsWait is the standalone collector's wait for its NATS server
+	// (connectBus), nil under `svc-pf all`: set before Run.
+	natsWait *natsbus.Await
 }
 
 // StartActivity opens the store, builds the collector and binds the
@@ -128,7 +134,13 @@ func StartActivity(ctx context.Context, cfg ActivityConfig, nc *nats.Conn, v Ver
 		return nil, err
 	}
 	httpapi.MountStandard(router, httpapi.StandardConfig{
-		Service: "activity", Version: string(v), Gatherer: reg, Ready: col.Health,
+		Service: "activity", Version: string(v), Gatherer: reg,
+		Ready: func() error {
+			if err := a.natsWait.Err(); err != nil {
+				return err
+			}
+			return col.Health()
+		},
 		Info: func() any {
 			return map[string]any{"nats": nc.ConnectedUrlRedacted(), "store": st.Kind(), "stream": activity.Stream,
 				"consumer": collector.Consumer}
@@ -162,7 +174,14 @@ func (a *Activity) Run(ctx context.Context) error {
 		return a.Collector.Run(ctx)
 	}
 	done := make(chan error, 1)
-	go func() { done <- a.Collector.Run(ctx) }()
+	go func() {
+		// Until NATS first answers, its Await says so (log, /health).
+		if !awaitDone(ctx, a.natsWait) {
+			done <- nil
+			return
+		}
+		done <- a.Collector.Run(ctx)
+	}()
 	err := a.server.Serve(ctx)
 	if cerr := <-done; cerr != nil {
 		err = errors.Join(err, fmt.Errorf("collector: %w", cerr))

@@ -15,11 +15,13 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/svc-pf/svc-pf/internal/activity"
+	"github.com/svc-pf/svc-pf/internal/feedbuild"
 	"github.com/svc-pf/svc-pf/internal/filelock"
 	"github.com/svc-pf/svc-pf/internal/httpapi"
 	"github.com/svc-pf/svc-pf/internal/natsbus"
 	"github.com/svc-pf/svc-pf/internal/node"
 	"github.com/svc-pf/svc-pf/internal/nodehealth"
+	"github.com/svc-pf/svc-pf/internal/radius"
 	"github.com/svc-pf/svc-pf/internal/readmodel/feeds"
 	"github.com/svc-pf/svc-pf/internal/rpz"
 	"github.com/svc-pf/svc-pf/internal/session"
@@ -62,6 +64,12 @@ type AllConfig struct {
 	// observer and the collector, which stores into <data_dir>/activity
 	// unless activity.store.url says otherwise.
 	Activity activity.Config `yaml:"activity"`
+	// FeedSources are feeds this process rebuilds from their sources on
+	// their intervals (docs/feeds.md); a node follows them through feeds:.
+	FeedSources []feedbuild.FeedSourceConfig `yaml:"feed_sources"`
+	// Radius is RADIUS accounting in (docs/radius.md): with radius.listen
+	// set, its sessions go to this process's IP Mapper.
+	Radius radius.Config `yaml:"radius"`
 }
 
 // DefaultAllConfig is what runs when the file sets nothing.
@@ -112,7 +120,7 @@ func (c *AllConfig) Validate() error {
 	if len(c.Resolver.Feeds) > 0 || len(c.Resolver.RPZ) > 0 || c.Resolver.Region != "" {
 		errs = append(errs, errors.New("resolver.feeds, resolver.rpz, resolver.region: under svc-pf all these node keys are set at the top level, shared by the simulator and the resolver"))
 	}
-	errs = append(errs, prefixed("activity", c.Activity.Validate()))
+	errs = append(errs, prefixed("activity", c.Activity.Validate()), feedbuild.ValidateFeedSources(c.FeedSources))
 	if c.Resolver.Activity != activity.DefaultConfig() {
 		errs = append(errs, errors.New("resolver.activity: under svc-pf all activity is set at the top level (activity:)"))
 	}
@@ -148,6 +156,12 @@ func (c *AllConfig) Validate() error {
 		errs = append(errs, errors.New("orgmanager.activity.store: under svc-pf all the reports read the collector's store (activity.store.url at the top level)"))
 	}
 	errs = append(errs, c.Node.AnnounceConfig.validate())
+	if c.Radius.Enabled() || len(c.Radius.Clients) > 0 {
+		errs = append(errs, c.Radius.Validate())
+		if !c.Radius.Enabled() {
+			errs = append(errs, errors.New("radius.listen: radius.clients are set but no address to serve them on"))
+		}
+	}
 	if c.Simulator.Region != "" {
 		errs = append(errs, errors.New("simulator.region: under svc-pf all the region is set at the top level (region:)"))
 	}
@@ -166,12 +180,18 @@ func natsURLOr(url, def string) string {
 }
 
 // RunAll runs every service in one process around an embedded NATS server
-// whose JetStream files live under the data directory.
-func RunAll(ctx context.Context, cfg AllConfig, v Version, log *slog.Logger) error {
+// whose JetStream files live under the data directory. A reload (reload,
+// SIGHUP) applies log.level (the caller's step), resolver.forwarders (with
+// forwarder_strategy and, in forward mode, forward_zones),
+// resolver.allow_from, rpz and feeds.
+func RunAll(ctx context.Context, cfg AllConfig, v Version, log *slog.Logger, reload ...*Reloader[AllConfig]) error {
 	cfg.OrgManager.Auth.AdminToken = os.Getenv(AdminTokenEnv)
 	all, err := StartAll(ctx, cfg, v, log)
 	if err != nil {
 		return err
+	}
+	for _, rl := range reload {
+		registerAllReload(rl, all)
 	}
 	if err := all.Run(ctx); err != nil {
 		return err
@@ -197,11 +217,15 @@ type All struct {
 
 	// activity is the node's side of activity.
 	activity *nodeActivity
+	// feedSources rebuilds the feeds of feed_sources:.
+	feedSources *feedbuild.Updater
+	// Radius is the RADIUS accounting server, nil without radius.listen.
+	Radius *Radius
 }
 
 // StartAll starts the embedded NATS server and builds both services.
 func StartAll(ctx context.Context, cfg AllConfig, v Version, log *slog.Logger) (*All, error) {
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.Check(); err != nil {
 		return nil, err
 	}
 	// Held for the life of the process (released by close): two `svc-pf
@@ -251,23 +275,34 @@ func StartAll(ctx context.Context, cfg AllConfig, v Version, log *slog.Logger) (
 		a.close()
 		return nil, err
 	}
-	connect := func(url, name string) (*nats.Conn, error) {
+	// connectAway is connect for the sections that may name a NATS server
+	// of their own (ipmapper, orgmanager, simulator): one that does not
+	// answer at start is waited for as the standalone services wait for
+	// theirs (connectBus), its URL in the log and on the section's
+	// /health, rather than a listener saying ok while it cannot reach
+	// its server. The embedded server answers at once: nil Await.
+	connectAway := func(url, name string) (nc *nats.Conn, aw *natsbus.Await, err error) {
 		if url == "" {
-			url = srv.ClientURL()
+			nc, err = natsbus.Connect(srv.ClientURL(), name, log, true)
+		} else {
+			nc, aw, err = connectBus(ctx, url, name, log.With("service", strings.TrimPrefix(name, "svc-pf ")))
 		}
-		nc, err := natsbus.Connect(url, name, log, true)
 		if err == nil {
 			a.conns = append(a.conns, nc)
 		}
+		return nc, aw, err
+	}
+	connect := func(url, name string) (*nats.Conn, error) {
+		nc, _, err := connectAway(url, name)
 		return nc, err
 	}
 	log.Info("embedded NATS server started", "url", srv.ClientURL(), "store_dir", storeDir)
 
-	ncMapper, err := connect(cfg.IPMapper.NATS.URL, "svc-pf ipmapper")
+	ncMapper, awMapper, err := connectAway(cfg.IPMapper.NATS.URL, "svc-pf ipmapper")
 	if err != nil {
 		return fail(err)
 	}
-	ncOrg, err := connect(cfg.OrgManager.NATS.URL, "svc-pf orgmanager")
+	ncOrg, awOrg, err := connectAway(cfg.OrgManager.NATS.URL, "svc-pf orgmanager")
 	if err != nil {
 		return fail(err)
 	}
@@ -291,6 +326,7 @@ func StartAll(ctx context.Context, cfg AllConfig, v Version, log *slog.Logger) (
 	if a.OrgManager, err = StartOrgManager(ctx, cfg.OrgManager, ncOrg, v, log); err != nil {
 		return fail(err)
 	}
+	a.OrgManager.natsWait = awOrg
 	if cfg.OrgManager.Auth.Mode != AuthNone {
 		log.Info("console listening", "url", consoleURL(cfg.OrgManager.HTTP, a.OrgManager.Addr()),
 			"admin_token_file", filepath.Join(cfg.DataDir, "admin.token"))
@@ -300,6 +336,7 @@ func StartAll(ctx context.Context, cfg AllConfig, v Version, log *slog.Logger) (
 	if a.IPMapper, err = StartIPMapper(cfg.IPMapper, ncMapper, v, log); err != nil {
 		return fail(err)
 	}
+	a.IPMapper.natsWait = awMapper
 	// The IP Mapper's writes are the ones a store that refuses them stops
 	// (nats-server then only lets them time out): its /health says why.
 	a.IPMapper.natsStore = srv.StoreError
@@ -318,14 +355,14 @@ func StartAll(ctx context.Context, cfg AllConfig, v Version, log *slog.Logger) (
 	if a.activity, err = startNodeActivity(cfg.Activity, nodeName(cfg.Node.AnnounceConfig, "all"), v, ncNode, reg, nodeLog); err != nil {
 		return fail(err)
 	}
-	if a.Resolver, err = StartResolver(cfg.Resolver, n, v, reg, log, a.activity.Observer); err != nil {
+	if a.Resolver, err = startResolver(cfg.Resolver, cfg.DataDir, n, v, reg, log, a.activity.Observer); err != nil {
 		return fail(err)
 	}
 	// The resolver's PowerDNS-compatible API is served on the node listener.
 	if a.Node, err = StartNode(cfg.Node, n, reg, v, nodeLog, a.Resolver.API); err != nil {
 		return fail(err)
 	}
-	ncSim, err := connect(cfg.Simulator.NATS.URL, "svc-pf simulator")
+	ncSim, awSim, err := connectAway(cfg.Simulator.NATS.URL, "svc-pf simulator")
 	if err != nil {
 		return fail(err)
 	}
@@ -334,10 +371,44 @@ func StartAll(ctx context.Context, cfg AllConfig, v Version, log *slog.Logger) (
 	if a.Simulator, err = StartSimulator(simCfg, n, newRegistry(), ncSim, v, log); err != nil {
 		return fail(err)
 	}
-	log.Info("simulator NATS enabled", "url", redactURL(ncSim.ConnectedUrlRedacted()))
+	a.Simulator.natsWait = awSim
+	simURL := ncSim.ConnectedUrlRedacted()
+	if simURL == "" { // not connected yet: the URL it waits for
+		simURL = redactURLs(cfg.Simulator.NATS.URL)
+	}
+	log.Info("simulator NATS enabled", "url", redactURL(simURL))
 	// The node listener's /health says when the collector cannot store.
 	a.Node.activity = a.Activity.Collector.Health
-	if a.announcer, err = newAnnouncer(cfg.Node.AnnounceConfig, "all", []string{"resolver", "simulator"}, n, ncNode, v, nodeLog); err != nil {
+	if a.feedSources, err = startFeedSources(cfg.FeedSources, reg, log); err != nil {
+		return fail(err)
+	}
+	if cfg.Radius.Enabled() {
+		ncRadius, err := connect("", "svc-pf radius")
+		if err != nil {
+			return fail(err)
+		}
+		// Its metrics on the node listener, its state in the node's /health.
+		if a.Radius, err = StartRadius(RadiusConfig{Sessions: RadiusSessionsConfig{Bucket: cfg.IPMapper.Sessions.Bucket}, Radius: cfg.Radius},
+			ncRadius, reg, v, log); err != nil {
+			return fail(err)
+		}
+	}
+	fsHealth := feedSourcesHealth(a.feedSources)
+	a.Node.health = func() map[string]any {
+		h := fsHealth()
+		if rh := radiusHealth(a.Radius); rh != nil {
+			if h == nil {
+				h = map[string]any{}
+			}
+			for k, v := range rh {
+				h[k] = v
+			}
+		}
+		return h
+	}
+	// …and when the resolver answers before the policy data has loaded.
+	a.Node.resolver = a.Resolver.DNS
+	if a.announcer, err = newAnnouncer(cfg.Node.AnnounceConfig, "all", []string{"resolver", "simulator"}, n, a.Node.Ready, ncNode, v, nodeLog); err != nil {
 		return fail(err)
 	}
 	return a, nil
@@ -349,7 +420,10 @@ func (a *All) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	services := []func(context.Context) error{a.IPMapper.Run, a.OrgManager.Run, a.Node.Run, a.Simulator.Run, a.Resolver.DNS.Run,
-		a.announcer.Run, a.Activity.Run, a.activity.Run}
+		a.announcer.Run, a.Activity.Run, a.activity.Run, a.feedSources.Run}
+	if a.Radius != nil {
+		services = append(services, a.Radius.Run)
+	}
 	errc := make(chan error, len(services))
 	for _, run := range services {
 		go func() { errc <- run(ctx) }()
@@ -365,6 +439,9 @@ func (a *All) Run(ctx context.Context) error {
 }
 
 func (a *All) close() {
+	if a.Radius != nil {
+		a.Radius.Server.Close()
+	}
 	if a.Resolver != nil {
 		a.Resolver.DNS.Close()
 	}

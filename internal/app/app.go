@@ -8,6 +8,7 @@
 package app
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -23,8 +24,14 @@ const defaultDataDir = "data"
 
 // LogConfig is the `log` section.
 type LogConfig struct {
-	// Level is debug, info, warn or error.
+	// Level is debug, info, warn or error; a reload (SIGHUP) applies a
+	// new one.
 	Level string `yaml:"level"`
+	// Format is text (key=value lines, the default) or json (one JSON
+	// object per line, with time, level and msg), for a log collector
+	// that parses lines. A change needs a restart: every service holds
+	// loggers derived from the handler.
+	Format string `yaml:"format"`
 }
 
 // NATSConfig is the `nats` section of a service.
@@ -42,10 +49,16 @@ func prefixed(section string, err error) error {
 }
 
 func (l LogConfig) validate() error {
+	var errs []error
 	if _, err := parseLevel(l.Level); err != nil {
-		return err
+		errs = append(errs, err)
 	}
-	return nil
+	switch l.Format {
+	case "", "text", "json":
+	default:
+		errs = append(errs, fmt.Errorf("log.format %q: want text or json", l.Format))
+	}
+	return errors.Join(errs...)
 }
 
 func parseLevel(s string) (slog.Level, error) {
@@ -56,17 +69,45 @@ func parseLevel(s string) (slog.Level, error) {
 	return lv, nil
 }
 
-// NewLogger returns the logger for a log section, writing text lines to w
-// (stderr); debug forces the debug level (the --debug flag).
+// NewLogger returns the logger for a log section, writing to w (stderr)
+// in its format; debug forces the debug level (the --debug flag).
 func NewLogger(w io.Writer, l LogConfig, debug bool) *slog.Logger {
-	lv, err := parseLevel(l.Level)
-	if err != nil || debug {
-		lv = slog.LevelDebug
+	return NewLogging(w, l, debug).Logger
+}
+
+// Logging is a command's logger with the level a reload may change.
+type Logging struct {
+	Logger *slog.Logger
+	level  *slog.LevelVar
+	debug  bool // --debug: the level stays debug whatever the file says
+}
+
+// NewLogging builds the logger for a log section (an invalid level: info,
+// which the command's check then refuses).
+func NewLogging(w io.Writer, l LogConfig, debug bool) *Logging {
+	lg := &Logging{level: new(slog.LevelVar), debug: debug}
+	lg.SetLevel(l.Level)
+	opts := &slog.HandlerOptions{Level: lg.level}
+	if l.Format == "json" {
+		lg.Logger = slog.New(slog.NewJSONHandler(w, opts))
+	} else {
+		lg.Logger = slog.New(slog.NewTextHandler(w, opts))
 	}
-	if err != nil && !debug {
+	return lg
+}
+
+// SetLevel applies a log.level (debug under --debug; info when invalid)
+// and returns the level now in force.
+func (lg *Logging) SetLevel(level string) slog.Level {
+	lv, err := parseLevel(level)
+	switch {
+	case lg.debug:
+		lv = slog.LevelDebug
+	case err != nil:
 		lv = slog.LevelInfo
 	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: lv}))
+	lg.level.Set(lv)
+	return lv
 }
 
 // redactURL hides a password in a database or NATS URL for logs.

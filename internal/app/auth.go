@@ -78,9 +78,13 @@ func orgManagerAuth(ctx context.Context, cfg AuthConfig, store *orgstore.Store, 
 			return nil, nil, fmt.Errorf("%s: %w", AdminTokenEnv, err)
 		}
 	}
-	tok, err := tokens.Bootstrap(ctx)
-	if err != nil {
-		return nil, nil, err
+	// With auth.mode none nobody needs a token: none is created, and no
+	// secret lands on disk unasked. The first start with tokens creates it.
+	var tok string
+	if cfg.Mode != AuthNone {
+		if tok, err = tokens.Bootstrap(ctx); err != nil {
+			return nil, nil, err
+		}
 	}
 	if tok != "" {
 		if err := writeTokenFile(cfg.BootstrapTokenFile, tok); err != nil {

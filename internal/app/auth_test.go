@@ -2,7 +2,9 @@ package app
 
 import (
 	"context"
+	"errors"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"os"
@@ -262,5 +264,38 @@ func TestOrgManagerBootstrapFile(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestOrgManagerOpenWritesNoToken: with auth.mode none the orgmanager
+// creates no admin token and writes no token file; started again with
+// tokens on the same database, it does.
+func TestOrgManagerOpenWritesNoToken(t *testing.T) {
+	dir := t.TempDir()
+	cfg := DefaultOrgManagerConfig()
+	cfg.HTTP.Address = "127.0.0.1:0"
+	cfg.Database.URL = "sqlite:" + filepath.Join(dir, "orgmanager.db")
+	cfg.Auth.BootstrapTokenFile = filepath.Join(dir, "admin.token")
+	for _, mode := range []string{AuthNone, AuthTokens} {
+		cfg.Auth.Mode = mode
+		ctx, cancel := context.WithCancel(context.Background())
+		om, err := StartOrgManager(ctx, cfg, nil, "test", slog.New(slog.DiscardHandler))
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- om.Run(ctx) }()
+		_, err = os.Stat(cfg.Auth.BootstrapTokenFile)
+		if mode == AuthNone && !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("auth.mode none: token file %v", err)
+		}
+		if mode == AuthTokens && err != nil {
+			t.Errorf("auth.mode tokens after none: %v", err)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -346,7 +346,7 @@ func mapperSessions(base, org string) ([]string, error) {
 // "Production layout", describes what it shows.
 func TestNATSClusterNodeLossDuringWrites(t *testing.T) {
 	if testing.Short() {
-		t.Skip("-short: the cluster test runs for 15-30 s")
+		t.Skip("-short: the cluster test runs for 15-30 s; CI runs it without -short, with the PostgreSQL URL set (.ci/run lists it among the tests that must not skip)")
 	}
 	dbURL := storetest.URL(t, storetest.Postgres)
 	began := time.Now()

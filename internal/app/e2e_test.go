@@ -524,7 +524,7 @@ func TestAllWithNATSURL(t *testing.T) {
 	}
 }
 
-func testAllConfig(t *testing.T) AllConfig {
+func testAllConfig(t testing.TB) AllConfig {
 	cfg := DefaultAllConfig()
 	cfg.DataDir = t.TempDir()
 	cfg.NATS.Listen = "127.0.0.1:0"
@@ -540,7 +540,7 @@ func testAllConfig(t *testing.T) AllConfig {
 
 // startAll starts `svc-pf all`, stops it when the test ends, and waits until
 // the IP Mapper is ready.
-func startAll(t *testing.T, cfg AllConfig) *All {
+func startAll(t testing.TB, cfg AllConfig) *All {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	all, err := StartAll(ctx, cfg, "test", slog.New(slog.DiscardHandler))

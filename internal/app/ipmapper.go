@@ -30,6 +30,10 @@ type SessionsConfig struct {
 	// Mapper purges it; keep it well above any node's watch lag. Negative
 	// disables the purge.
 	PurgeDeletesAfter time.Duration `yaml:"purge_deletes_after"`
+	// SnapshotInterval: how often the active IP Mapper writes the snapshot
+	// of its table nodes start from; 0 or negative writes none (nodes then
+	// replay the whole bucket on a cold start).
+	SnapshotInterval time.Duration `yaml:"snapshot_interval"`
 }
 
 // IPMapperHAConfig is the IP Mapper's `ha` section: the active/passive lock
@@ -65,7 +69,7 @@ func DefaultIPMapperConfig() IPMapperConfig {
 	return IPMapperConfig{
 		HTTP:     httpapi.Config{Address: "127.0.0.1:8083"},
 		Log:      LogConfig{Level: "info"},
-		Sessions: SessionsConfig{Bucket: session.Bucket, Replicas: 1, SweepInterval: time.Second, PurgeDeletesAfter: 24 * time.Hour},
+		Sessions: SessionsConfig{Bucket: session.Bucket, Replicas: 1, SweepInterval: time.Second, PurgeDeletesAfter: 24 * time.Hour, SnapshotInterval: 10 * time.Minute},
 		HA:       IPMapperHAConfig{LockBucket: ipmapper.DefaultLockBucket, LockTTL: 3 * time.Second},
 		Auth:     IPMapperAuthConfig{Mode: AuthTokens},
 	}
@@ -100,12 +104,24 @@ func (c *IPMapperConfig) Validate(standalone bool) error {
 	return errors.Join(errs...)
 }
 
+// snapshotInterval maps sessions.snapshot_interval to
+// ipmapper.Config.SnapshotInterval, whose 0 means its default: in the file,
+// 0 (like a negative value) turns the snapshot off.
+func snapshotInterval(d time.Duration) time.Duration {
+	if d <= 0 {
+		return -1
+	}
+	return d
+}
+
 // RunIPMapper runs the standalone IP Mapper until ctx ends.
 func RunIPMapper(ctx context.Context, cfg IPMapperConfig, v Version, log *slog.Logger) error {
-	if err := cfg.Validate(true); err != nil {
+	if err := cfg.Check(); err != nil {
 		return err
 	}
-	nc, err := natsbus.Connect(cfg.NATS.URL, "svc-pf ipmapper", log, true)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	nc, aw, err := connectBus(ctx, cfg.NATS.URL, "svc-pf ipmapper", log)
 	if err != nil {
 		return err
 	}
@@ -114,6 +130,7 @@ func RunIPMapper(ctx context.Context, cfg IPMapperConfig, v Version, log *slog.L
 	if err != nil {
 		return err
 	}
+	m.natsWait = aw
 	if err := m.Run(ctx); err != nil {
 		return err
 	}
@@ -133,6 +150,9 @@ type IPMapper struct {
 	// all (natsbus.Embedded.StoreError), nil with an external server: set
 	// by StartAll before Run serves /health.
 	natsStore func() error
+	// natsWait is the standalone IP Mapper's wait for its NATS server
+	// (connectBus), nil under `svc-pf all`: set before Run.
+	natsWait *natsbus.Await
 }
 
 // StartIPMapper builds the IP Mapper and binds its HTTP listener; Run loads
@@ -144,7 +164,8 @@ func StartIPMapper(cfg IPMapperConfig, nc *nats.Conn, v Version, log *slog.Logge
 	log = log.With("service", "ipmapper")
 	reg := newRegistry()
 	svc, err := ipmapper.New(ipmapper.Config{Conn: nc, Bucket: cfg.Sessions.Bucket, Replicas: cfg.Sessions.Replicas,
-		SweepInterval: cfg.Sessions.SweepInterval, PurgeDeletesAfter: cfg.Sessions.PurgeDeletesAfter, Logger: log, Registerer: reg,
+		SweepInterval: cfg.Sessions.SweepInterval, PurgeDeletesAfter: cfg.Sessions.PurgeDeletesAfter,
+		SnapshotInterval: snapshotInterval(cfg.Sessions.SnapshotInterval), Logger: log, Registerer: reg,
 		LockBucket: cfg.HA.LockBucket, LockTTL: cfg.HA.LockTTL, Instance: cfg.HA.Instance})
 	if err != nil {
 		return nil, err
@@ -162,6 +183,9 @@ func StartIPMapper(cfg IPMapperConfig, nc *nats.Conn, v Version, log *slog.Logge
 	httpapi.MountStandard(router, httpapi.StandardConfig{
 		Service: "ipmapper", Version: string(v), Gatherer: reg,
 		Ready: func() error {
+			if err := m.natsWait.Err(); err != nil {
+				return err
+			}
 			// First: the cause a write timeout below would not say.
 			if m.natsStore != nil {
 				if err := m.natsStore(); err != nil {
@@ -234,6 +258,11 @@ func (m *IPMapper) Run(ctx context.Context) error {
 	defer cancel()
 	served := make(chan error, 1)
 	go func() { served <- m.server.Serve(ctx) }()
+	// Until NATS first answers, its Await says so (log, /health): a
+	// start attempt per delay would only repeat it.
+	if !awaitDone(ctx, m.natsWait) {
+		return <-served
+	}
 	delay := 250 * time.Millisecond
 	for {
 		err := m.svc.Start(ctx)

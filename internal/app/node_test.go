@@ -56,7 +56,7 @@ func TestAllFollowsAFeed(t *testing.T) {
 
 // badwareFeed builds a feed directory from a real list (uBlock badware,
 // read in place from ../shared/data/feeds): code 3, title "badware".
-func badwareFeed(t *testing.T) string {
+func badwareFeed(t testing.TB) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "badware")
 	src, err := feedbuild.ParseSource("adblock:3:" + filepath.Join("..", "..", "..", "shared", "data", "feeds", "badware.min.txt"))

@@ -109,11 +109,11 @@ func TestNodesHeartbeat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	annA, err := newAnnouncer(AnnounceConfig{Name: "dns-a", Heartbeat: beat}, "resolver", []string{"resolver"}, ready, bus.NC, "v-test", log)
+	annA, err := newAnnouncer(AnnounceConfig{Name: "dns-a", Heartbeat: beat}, "resolver", []string{"resolver"}, ready, nil, bus.NC, "v-test", log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	annB, err := newAnnouncer(AnnounceConfig{Name: "dns-b", Heartbeat: beat}, "simulator", []string{"simulator"}, missing, bus.NC, "v-test", log)
+	annB, err := newAnnouncer(AnnounceConfig{Name: "dns-b", Heartbeat: beat}, "simulator", []string{"simulator"}, missing, nil, bus.NC, "v-test", log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func TestNodesHeartbeat(t *testing.T) {
 	// older than three intervals, so it is shown stale (and the bucket,
 	// which ages by the server's clock, keeps it).
 	annC, err := nodehealth.NewAnnouncer(nodehealth.AnnouncerConfig{NATS: bus.NC, Name: "dns-c", Services: []string{"resolver"},
-		Version: "v-old", Interval: beat, Snapshot: nodeSnapshot(ready), Logger: log,
+		Version: "v-old", Interval: beat, Snapshot: nodeSnapshot(ready, nil), Logger: log,
 		Clock: func() time.Time { return time.Now().Add(-time.Minute) }})
 	if err != nil {
 		t.Fatal(err)

@@ -200,6 +200,10 @@ type OrgManager struct {
 	// when no write told whether it takes them (writeProbeEvery; tests
 	// shorten it before Run).
 	writeProbeInterval time.Duration
+	// natsWait is the standalone orgmanager's wait for its NATS server
+	// (connectBus), nil under `svc-pf all` and without NATS: set before
+	// Run.
+	natsWait *natsbus.Await
 }
 
 // writeProbeEvery is how stale "the store is writable" may get in /health
@@ -312,9 +316,15 @@ func StartOrgManager(ctx context.Context, cfg OrgManagerConfig, nc *nats.Conn, v
 		cons.Register(router)
 	}
 	docs.Register(router, "orgmanager")
+	om := new(OrgManager) // filled below; /health reads it once served
 	httpapi.MountStandard(router, httpapi.StandardConfig{
 		Service: "orgmanager", Version: string(version), Gatherer: reg,
-		Ready: func() error { return orgManagerReady(store, deployer) },
+		Ready: func() error {
+			if err := om.natsWait.Err(); err != nil {
+				return err
+			}
+			return orgManagerReady(store, deployer)
+		},
 		Info: func() any {
 			return map[string]any{"database": store.Dialect(), "ip_mapper": nc != nil, "sessions_bucket": cfg.Sessions.Bucket}
 		},
@@ -327,8 +337,9 @@ func StartOrgManager(ctx context.Context, cfg OrgManagerConfig, nc *nats.Conn, v
 	}
 	log.Info("orgmanager listening", "address", server.Addr().String(), "database", redactURL(cfg.Database.URL),
 		"ip_mapper", nc != nil, "sessions_bucket", cfg.Sessions.Bucket)
-	return &OrgManager{store: store, tokens: tokens, deployer: deployer, auditor: auditor, server: server, log: log, writeProbeInterval: writeProbeEvery,
-		ping: ping, awaitMapper: cfg.AwaitIPMapper}, nil
+	*om = OrgManager{store: store, tokens: tokens, deployer: deployer, auditor: auditor, server: server, log: log, writeProbeInterval: writeProbeEvery,
+		ping: ping, awaitMapper: cfg.AwaitIPMapper}
+	return om, nil
 }
 
 // Addr is the HTTP listener's address: how a program that embeds the
@@ -352,6 +363,11 @@ func (o *OrgManager) Run(ctx context.Context) error {
 	go func() {
 		defer close(deployed)
 		// Writes are served meanwhile: they wait in the deploy queue.
+		// Until NATS first answers, its Await says so (log, /health);
+		// a deploy attempt per retry would only repeat it.
+		if !awaitDone(ctx, o.natsWait) {
+			return
+		}
 		o.awaitIPMapper(ctx)
 		o.deployer.Run(ctx)
 	}()
@@ -394,16 +410,21 @@ func (o *OrgManager) awaitIPMapper(ctx context.Context) {
 
 // RunOrgManager runs the standalone orgmanager until ctx ends.
 func RunOrgManager(ctx context.Context, cfg OrgManagerConfig, v Version, log *slog.Logger) error {
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.Check(); err != nil {
 		return err
 	}
 	cfg.Auth.AdminToken = os.Getenv(AdminTokenEnv)
-	var nc *nats.Conn
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		nc *nats.Conn
+		aw *natsbus.Await
+	)
 	if cfg.NATS.URL != "" {
 		var err error
 		// Writes must succeed while NATS is away, so the first connection
-		// may fail too: deploys retry until it is up.
-		if nc, err = natsbus.Connect(cfg.NATS.URL, "svc-pf orgmanager", log, true); err != nil {
+		// may fail too: deploys wait in their queue until it is up.
+		if nc, aw, err = connectBus(ctx, cfg.NATS.URL, "svc-pf orgmanager", log); err != nil {
 			return err
 		}
 		defer nc.Close()
@@ -422,6 +443,7 @@ func RunOrgManager(ctx context.Context, cfg OrgManagerConfig, v Version, log *sl
 	if err != nil {
 		return err
 	}
+	om.natsWait = aw
 	if err := om.Run(ctx); err != nil {
 		return err
 	}

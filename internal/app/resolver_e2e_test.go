@@ -27,7 +27,7 @@ var upstreamAnswer = netip.MustParseAddr("192.0.2.1")
 // startUpstream runs a forwarder on loopback that answers every A query
 // with upstreamAnswer (and 10.9.9.9 for names under private.test, for
 // blocked_networks), every other type with NODATA.
-func startUpstream(t *testing.T) string {
+func startUpstream(t testing.TB) string {
 	t.Helper()
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
@@ -56,7 +56,7 @@ func startUpstream(t *testing.T) string {
 
 // dnsFrom asks server from the local address from over UDP (EDNS on); a
 // nil message is no answer in time (a drop).
-func dnsFrom(t *testing.T, from, server, name string, qtype uint16, class uint16) *dns.Msg {
+func dnsFrom(t testing.TB, from, server, name string, qtype uint16, class uint16) *dns.Msg {
 	t.Helper()
 	c := &dns.Client{Net: "udp", Timeout: time.Second,
 		Dialer: &net.Dialer{LocalAddr: &net.UDPAddr{IP: net.ParseIP(from)}, Timeout: time.Second}}
@@ -96,7 +96,7 @@ func ede(m *dns.Msg) (*dns.EDNS0_EDE, bool) {
 }
 
 type platformNode struct {
-	t                   *testing.T
+	t                   testing.TB
 	org, sim, node, dns string
 }
 

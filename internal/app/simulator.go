@@ -13,6 +13,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -193,10 +194,20 @@ func (c *SimulatorConfig) Validate() error {
 
 // Simulator is a started simulator: its service and listener.
 type Simulator struct {
-	Service  *simulator.Service
-	server   *httpapi.Server
+	Service *simulator.Service
+	server  *httpapi.Server
+	log     *slog.Logger
+	// natsWait is the standalone simulator's wait for its NATS server
+	// (connectBus); nil under `svc-pf all` and without NATS. Set before Run.
+	natsWait *natsbus.Await
+
+	// natsMu guards stopNATS, set once the NATS API is registered (at
+	// start, or by serveNATSLater once the server answers).
+	natsMu   sync.Mutex
 	stopNATS func() error
-	log      *slog.Logger
+	// cancelNATS ends serveNATSLater; natsDone is closed when it has.
+	cancelNATS context.CancelFunc
+	natsDone   chan struct{}
 }
 
 // StartSimulator builds the simulator over a node (its engine, feeds and
@@ -235,15 +246,27 @@ func StartSimulator(cfg SimulatorConfig, n *node.Node, reg *prometheus.Registry,
 	if cfg.HTTP.PProf {
 		links["/debug/pprof/"] = "/debug/pprof/"
 	}
-	httpapi.MountStandard(router, httpapi.StandardConfig{
-		Service: "simulator", Version: string(v), Gatherer: reg, Ready: n.Ready, Info: svc.Info, Links: links,
-	})
 	s := &Simulator{Service: svc, log: log}
-	if nc != nil {
+	httpapi.MountStandard(router, httpapi.StandardConfig{
+		Service: "simulator", Version: string(v), Gatherer: reg, Info: svc.Info, Links: links,
+		Ready: func() error {
+			if err := s.natsWait.Err(); err != nil {
+				return err
+			}
+			return n.Ready()
+		},
+	})
+	switch {
+	case nc == nil:
+	case natsbus.NotConnected(nc) == nil:
 		if s.stopNATS, err = svc.ServeNATS(simulator.NATSConfig{Conn: nc}); err != nil {
 			svc.Close()
 			return nil, err
 		}
+	default:
+		// NATS does not answer yet: HTTP serves meanwhile, and the NATS
+		// API is registered once it does.
+		s.serveNATSLater(nc)
 	}
 	if s.server, err = httpapi.Listen(cfg.HTTP.Config, router, log); err != nil {
 		s.close()
@@ -268,20 +291,61 @@ func (s *Simulator) Run(ctx context.Context) error {
 }
 
 func (s *Simulator) close() {
+	if s.cancelNATS != nil {
+		s.cancelNATS()
+		<-s.natsDone
+	}
+	s.natsMu.Lock()
 	if s.stopNATS != nil {
 		_ = s.stopNATS()
+		s.stopNATS = nil
 	}
+	s.natsMu.Unlock()
 	s.Service.Close()
+}
+
+// serveNATSLater registers the simulator's NATS API once nc connects,
+// retrying every second while the registration fails (the server went
+// away again before it was flushed), until close.
+func (s *Simulator) serveNATSLater(nc *nats.Conn) {
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancelNATS, s.natsDone = cancel, make(chan struct{})
+	go func() {
+		defer close(s.natsDone)
+		for {
+			if natsbus.WaitConnected(ctx, nc) != nil {
+				return
+			}
+			stop, err := s.Service.ServeNATS(simulator.NATSConfig{Conn: nc})
+			if err == nil {
+				s.natsMu.Lock()
+				s.stopNATS = stop
+				s.natsMu.Unlock()
+				s.log.Info("simulator NATS API registered", "servers", strings.Join(nc.Servers(), ","))
+				return
+			}
+			s.log.Warn("registering the simulator's NATS API failed; retrying", "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+		}
+	}()
 }
 
 // RunSimulator runs `svc-pf simulator`. With testAndExit it sends one
 // lookup_domain for a fixed sample domain through a worker and returns
-// its error (the simulator's --test-and-exit) instead of serving.
-func RunSimulator(ctx context.Context, cfg SimulatorConfig, v Version, log *slog.Logger, testAndExit bool) error {
-	if err := cfg.Validate(); err != nil {
+// its error (the simulator's --test-and-exit) instead of serving. A
+// reload (reload, SIGHUP) applies log.level (the caller's step), rpz and
+// feeds.
+func RunSimulator(ctx context.Context, cfg SimulatorConfig, v Version, log *slog.Logger, testAndExit bool, reload ...*Reloader[SimulatorConfig]) error {
+	if err := cfg.Check(); err != nil {
 		return err
 	}
-	nc, err := connectNode(cfg.NATS, "svc-pf simulator", log)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	nc, aw, err := connectNode(ctx, cfg.NATS, "svc-pf simulator", log)
 	if err != nil {
 		return err
 	}
@@ -298,6 +362,10 @@ func RunSimulator(ctx context.Context, cfg SimulatorConfig, v Version, log *slog
 	sn, err := startSimulatorNode(cfg, nc, v, log)
 	if err != nil {
 		return err
+	}
+	sn.natsWait = aw
+	for _, rl := range reload {
+		registerSimulatorReload(rl, sn.node)
 	}
 	err = sn.Run(ctx)
 	if err == nil {
@@ -324,7 +392,7 @@ func startSimulatorNode(cfg SimulatorConfig, nc *nats.Conn, v Version, log *slog
 	if err != nil {
 		return nil, err
 	}
-	ann, err := newAnnouncer(cfg.Node, "simulator", []string{"simulator"}, n, nc, v, log.With("service", "simulator"))
+	ann, err := newAnnouncer(cfg.Node, "simulator", []string{"simulator"}, n, nil, nc, v, log.With("service", "simulator"))
 	if err != nil {
 		sim.close()
 		return nil, err
@@ -346,22 +414,23 @@ func (n *simulatorNode) Run(ctx context.Context) error {
 }
 
 // connectNode connects a standalone node service to NATS when nats.url or
-// NATS_URL names a server (nil, nil when neither does), logging the line
-// the simulator API names: "NATS enabled".
-func connectNode(c NATSConfig, name string, log *slog.Logger) (*nats.Conn, error) {
+// NATS_URL names a server (nil, nil, nil when neither does), logging the
+// line the simulator API names: "NATS enabled". A server that does not
+// answer yet is waited for as every service waits (connectBus).
+func connectNode(ctx context.Context, c NATSConfig, name string, log *slog.Logger) (*nats.Conn, *natsbus.Await, error) {
 	url := c.URL
 	if url == "" {
 		url = os.Getenv("NATS_URL")
 	}
 	if url == "" {
-		return nil, nil
+		return nil, nil, nil
 	}
-	nc, err := natsbus.Connect(url, name, log, true)
+	nc, aw, err := connectBus(ctx, url, name, log)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	log.Info("NATS enabled", "url", redactURL(url))
-	return nc, nil
+	log.Info("NATS enabled", "url", redactURLs(url))
+	return nc, aw, nil
 }
 
 // testSampleDomain is the fixed domain of --test-and-exit.

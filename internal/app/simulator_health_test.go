@@ -116,7 +116,7 @@ func TestStandaloneSimulatorFeedHealthAndMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.DiscardHandler)
-	nc, err := connectNode(cfg.NATS, "svc-pf simulator", log)
+	nc, _, err := connectNode(ctx, cfg.NATS, "svc-pf simulator", log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,10 @@
 // Package config reads the YAML configuration file each svc-pf command loads
 // once at start-up, before any service is built. Files are strict (an unknown
 // key is an error naming it), `${NAME}` references are expanded from the
-// environment, and whatever a file leaves out keeps the caller's defaults.
+// environment (an unset one without a default is an error naming it and its
+// line), and whatever a file leaves out keeps the caller's defaults. The
+// commands' `check` runs the same Load as their start, and SIGHUP reloads
+// read the file through it again.
 package config
 
 import (
@@ -11,27 +14,10 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"regexp"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
-
-// envRef matches ${NAME} and ${NAME:-default}. A bare $NAME is left alone so
-// that values such as passwords may contain dollar signs.
-var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}`)
-
-// ExpandEnv replaces ${NAME} with the variable's value (empty when unset) and
-// ${NAME:-default} with the default when the variable is unset or empty.
-func ExpandEnv(s string, lookup func(string) (string, bool)) string {
-	return envRef.ReplaceAllStringFunc(s, func(ref string) string {
-		m := envRef.FindStringSubmatch(ref)
-		if v, ok := lookup(m[1]); ok && v != "" {
-			return v
-		}
-		return m[2]
-	})
-}
 
 // Load decodes the file at path into dst, which must already hold the
 // defaults. A missing file is an error only when required (a path the
@@ -53,7 +39,10 @@ func Load(path string, required bool, dst any) error {
 // Decode expands environment references in data and decodes it strictly into
 // dst. An empty document leaves dst unchanged.
 func Decode(data []byte, dst any) error {
-	expanded := ExpandEnv(string(data), os.LookupEnv)
+	expanded, err := ExpandEnv(string(data), os.LookupEnv)
+	if err != nil {
+		return err
+	}
 	dec := yaml.NewDecoder(bytes.NewReader([]byte(expanded)))
 	dec.KnownFields(true)
 	if err := dec.Decode(dst); err != nil && !errors.Is(err, io.EOF) {

@@ -93,13 +93,3 @@ func FuzzDecode(f *testing.F) {
 		_ = Decode(data, &s) // must not panic
 	})
 }
-
-func FuzzExpandEnv(f *testing.F) {
-	f.Add("${A} ${B:-x} $C ${")
-	f.Fuzz(func(t *testing.T, s string) {
-		out := ExpandEnv(s, func(string) (string, bool) { return "", false })
-		if !strings.Contains(s, "${") && out != s {
-			t.Fatalf("text without references changed: %q → %q", s, out)
-		}
-	})
-}

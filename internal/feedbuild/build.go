@@ -39,6 +39,13 @@ type BuildConfig struct {
 	Snapshot bool
 	Now      func() time.Time // nil is time.Now
 
+	// Fetcher fetches the URL sources; nil is one with FetchConfig's
+	// defaults.
+	Fetcher *Fetcher
+	// CacheDir keeps each URL source's last good body and its validators;
+	// "" is CacheDirFor(Dir). One cache directory per feed directory.
+	CacheDir string
+
 	// beforeManifest runs after every other file is in place and before
 	// feed.json is replaced; its error aborts the build there. Tests use it
 	// to stand for a crash at the worst moment.
@@ -49,6 +56,8 @@ type BuildConfig struct {
 type SourceResult struct {
 	Source Source
 	Stats  Stats
+	// Fetch is what became of a URL source's fetch; nil for a file.
+	Fetch *FetchOutcome
 }
 
 // BuildResult is what a build did.
@@ -94,13 +103,43 @@ func Build(ctx context.Context, cfg BuildConfig) (*BuildResult, error) {
 
 	res := &BuildResult{}
 	content := Content{}
+	add := func(e Entry) { content.Add(e.Key(), e.Codes) }
+	fetcher, cacheDir, err := cfg.urlSetup()
+	if err != nil {
+		return nil, err
+	}
+	// A URL source that fails with no last good copy fails the build, but
+	// only after every source is tried, so that the result reports them
+	// all.
+	var urlErrs []error
 	for _, src := range cfg.Sources {
-		st, err := Import(src, func(e Entry) { content.Add(e.Key(), e.Codes) })
-		if err != nil {
-			return nil, err
+		if !src.IsURL() {
+			st, err := Import(src, add)
+			if err != nil {
+				return nil, err
+			}
+			res.Sources = append(res.Sources, SourceResult{Source: src, Stats: st})
+			res.Total.Add(st)
+			continue
 		}
-		res.Sources = append(res.Sources, SourceResult{Source: src, Stats: st})
+		st, outcome, err := importURL(ctx, fetcher, cacheDir, src, now(), add)
+		res.Sources = append(res.Sources, SourceResult{Source: src, Stats: st, Fetch: outcome})
+		if err != nil {
+			if ctxErr := ctx.Err(); ctxErr != nil {
+				return res, ctxErr
+			}
+			urlErrs = append(urlErrs, err)
+			continue
+		}
 		res.Total.Add(st)
+	}
+	if len(urlErrs) > 0 {
+		return res, errors.Join(urlErrs...)
+	}
+	if cacheDir != "" {
+		if err := tidyCache(cacheDir, cfg.Sources); err != nil {
+			return res, fmt.Errorf("cache directory %s: %w", cacheDir, err)
+		}
 	}
 	res.Keys = len(content)
 	if err := ctx.Err(); err != nil {
@@ -230,6 +269,29 @@ func Build(ctx context.Context, cfg BuildConfig) (*BuildResult, error) {
 		return res, fmt.Errorf("version %d is written; pruning old files failed: %w", n, err)
 	}
 	return res, nil
+}
+
+// urlSetup is the fetcher and the cache directory when a source is a URL
+// (the directory created); nil and "" otherwise.
+func (cfg *BuildConfig) urlSetup() (*Fetcher, string, error) {
+	if !slices.ContainsFunc(cfg.Sources, Source.IsURL) {
+		return nil, "", nil
+	}
+	f := cfg.Fetcher
+	if f == nil {
+		var err error
+		if f, err = NewFetcher(FetchConfig{}); err != nil {
+			return nil, "", err
+		}
+	}
+	dir := cfg.CacheDir
+	if dir == "" {
+		dir = CacheDirFor(cfg.Dir)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, "", fmt.Errorf("the URL sources' cache directory: %w", err)
+	}
+	return f, dir, nil
 }
 
 func (cfg *BuildConfig) validate() error {

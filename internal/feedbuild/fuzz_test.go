@@ -1,6 +1,7 @@
 package feedbuild
 
 import (
+	"net/url"
 	"strings"
 	"testing"
 
@@ -125,5 +126,40 @@ func FuzzCSVLine(f *testing.F) {
 			t.Fatalf("%q: neither imported nor skipped", in)
 		}
 		fuzzImport(t, FormatCSV, in)
+	})
+}
+
+// FuzzSource: ParseSource never panics; a source it accepts spells itself
+// back (String) into the same source; a URL source has an http(s) scheme
+// and a host, and its redacted form hides any password.
+func FuzzSource(f *testing.F) {
+	for _, s := range []string{
+		"adblock:1:easylist.txt", "csv:-:own.csv", "hosts:1,4:/etc/hosts", "domains:7:c:\\lists\\x.txt",
+		"adblock:3:https://lists.example/list.txt", "hosts:3:http://127.0.0.1:8080/hosts?x=1",
+		"adblock:3:HTTPS://user:secret@lists.example/l", "adblock:3:https:///nohost", "adblock:3:ftp://x/l",
+		"adblock:3:https://x/l#frag", "domains:1:./dir/http://x", "rpz:2:https://[::1]:8443/zone", "csv:1:https://x/a.csv",
+		"json:1:x", "adblock::https://x/", "adblock:1:",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		src, err := ParseSource(in)
+		if err != nil {
+			return
+		}
+		again, err := ParseSource(src.String())
+		if err != nil || again.String() != src.String() || again.IsURL() != src.IsURL() {
+			t.Fatalf("%q parses as %q, which reparses as %q (%v)", in, src.String(), again.String(), err)
+		}
+		if !src.IsURL() {
+			return
+		}
+		u, err := url.Parse(src.Path)
+		if err != nil || u.Hostname() == "" || (!strings.EqualFold(u.Scheme, "http") && !strings.EqualFold(u.Scheme, "https")) {
+			t.Fatalf("%q: accepted URL %q: %v", in, src.Path, err)
+		}
+		if p, ok := u.User.Password(); ok && p != "" && strings.Contains(src.Redacted(), ":"+p+"@") {
+			t.Fatalf("%q: Redacted %q shows the password", in, src.Redacted())
+		}
 	})
 }

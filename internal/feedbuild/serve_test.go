@@ -211,3 +211,106 @@ func TestNewServerRefuses(t *testing.T) {
 		}
 	}
 }
+
+// TestServeNamedFeeds: a config file's feeds are served under their own
+// names (whatever the directory's base name), parents' feed directories
+// under theirs, a named feed before a parent's feed of the same name;
+// SetServed swaps the whole set for the next request; a directory that
+// does not exist yet answers 404 until it appears.
+func TestServeNamedFeeds(t *testing.T) {
+	parent, _ := serveFixture(t)
+	adsDir := filepath.Join(parent, "ads")
+	other := filepath.Join(t.TempDir(), "other")
+	build(t, BuildConfig{Dir: other, Name: "other",
+		Sources: []Source{{Format: FormatDomains, Codes: []uint16{2}, Path: writeList(t, t.TempDir(), "l", "o.example\n")}}})
+	later := filepath.Join(t.TempDir(), "later")
+
+	srv, err := NewServer(ServerConfig{Feeds: []ServedFeed{{Name: "threats", Dir: adsDir}, {Name: "ads", Dir: other}, {Name: "later", Dir: later}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	manifestOf := func(dir string) string {
+		b, err := os.ReadFile(filepath.Join(dir, feed.ManifestFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := http.Get(ts.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	expect := func(path string, code int, body string) {
+		t.Helper()
+		if c, b := get(path); c != code || code == 200 && b != body {
+			t.Errorf("GET %s: %d %.60q, want %d %.60q", path, c, b, code, body)
+		}
+	}
+	expect("/threats/feed.json", 200, manifestOf(adsDir))
+	expect("/ads/feed.json", 200, manifestOf(other)) // the name, not the base name
+	expect("/other/feed.json", 404, "")
+	expect("/later/feed.json", 404, "")
+	if missing := srv.served.Load().Missing(); !slices.Equal(missing, []string{later}) {
+		t.Errorf("missing %v, want %v", missing, []string{later})
+	}
+	if err := os.CopyFS(later, os.DirFS(other)); err != nil {
+		t.Fatal(err)
+	}
+	expect("/later/feed.json", 200, manifestOf(other))
+
+	// A parent, and a named feed shadowing one of its feeds.
+	v, err := ResolveServed([]ServedFeed{{Name: "ads", Dir: other}}, []string{parent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.SetServed(v)
+	expect("/threats/feed.json", 404, "")
+	expect("/ads/feed.json", 200, manifestOf(other))
+	v, err = ResolveServed(nil, []string{parent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.SetServed(v)
+	expect("/ads/feed.json", 200, manifestOf(adsDir))
+	expect("/feeds/feed.json", 404, "") // a parent is not a feed
+}
+
+// TestResolveServedRefuses: each error names its key; a directory that
+// does not exist is not one.
+func TestResolveServedRefuses(t *testing.T) {
+	file := writeList(t, t.TempDir(), "f", "x")
+	for _, tt := range []struct {
+		feeds   []ServedFeed
+		parents []string
+		want    []string
+	}{
+		{nil, nil, []string{"feeds and parents: both empty"}},
+		{[]ServedFeed{{Name: "", Dir: "/x"}}, nil, []string{"feeds[0].name is required"}},
+		{[]ServedFeed{{Name: "a/b", Dir: "/x"}, {Name: "..x", Dir: "/y"}, {Name: "x..y", Dir: "/z"}}, nil,
+			[]string{`feeds[0].name "a/b"`, `feeds[1].name "..x"`, `feeds[2].name "x..y"`}},
+		{[]ServedFeed{{Name: "a", Dir: "/x"}, {Name: "a", Dir: ""}}, nil, []string{`feeds[1].name "a": also feeds[0]'s`, "feeds[1].dir is required"}},
+		{nil, []string{"/x", ""}, []string{"parents[1] is empty"}},
+		{[]ServedFeed{{Name: "a", Dir: file}}, []string{file}, []string{"feeds[0].dir " + file + " is not a directory", "parents[0] " + file + " is not a directory"}},
+	} {
+		_, err := ResolveServed(tt.feeds, tt.parents)
+		for _, w := range tt.want {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("ResolveServed(%v, %q): %v, want %q", tt.feeds, tt.parents, err, w)
+			}
+		}
+	}
+	if _, err := ResolveServed([]ServedFeed{{Name: "a.b_c-1", Dir: "/nonexistent/feeds/a"}}, []string{"/nonexistent/feeds"}); err != nil {
+		t.Errorf("directories that do not exist yet: %v", err)
+	}
+	if _, err := NewServer(ServerConfig{Dirs: []string{t.TempDir()}, Parents: []string{t.TempDir()}}); err == nil {
+		t.Error("NewServer accepted --dir and parents together")
+	}
+}

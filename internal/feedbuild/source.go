@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -135,11 +136,35 @@ func countList[K ~string](m map[K]int) string {
 	return strings.Join(parts, ", ")
 }
 
-// Source is one FORMAT:CODE:PATH argument of `feed build`.
+// Source is one FORMAT:CODE:PATH argument of `feed build`. PATH is a
+// local file, or an http:// or https:// URL (IsURL), which the build
+// fetches (fetch.go).
 type Source struct {
 	Format string
 	Codes  []uint16 // nil for csv, whose lines carry their codes
 	Path   string
+}
+
+// IsURL reports whether the source is fetched over HTTP(S) rather than
+// read from a file.
+func (s Source) IsURL() bool { return isURL(s.Path) }
+
+func isURL(p string) bool {
+	scheme, _, ok := strings.Cut(p, "://")
+	return ok && (strings.EqualFold(scheme, "http") || strings.EqualFold(scheme, "https"))
+}
+
+// Redacted is String with a URL's user and password hidden, for logs,
+// metric labels and /health.
+func (s Source) Redacted() string {
+	if !s.IsURL() {
+		return s.String()
+	}
+	u, err := url.Parse(s.Path)
+	if err != nil || u.User == nil {
+		return s.String()
+	}
+	return strings.TrimSuffix(s.String(), s.Path) + u.Redacted()
 }
 
 func (s Source) String() string {
@@ -153,7 +178,9 @@ func (s Source) String() string {
 // ParseSource parses FORMAT:CODE:PATH. CODE is a code (0–65535) or a
 // comma-separated list of them; csv takes "-" (its lines carry the codes)
 // and every other format a code. PATH is everything after the second colon,
-// so it may contain colons.
+// so it may contain colons; an http:// or https:// PATH is a URL and must
+// name a host, and another SCHEME:// is refused rather than read as a file
+// name.
 func ParseSource(arg string) (Source, error) {
 	format, rest, ok1 := strings.Cut(arg, ":")
 	code, path, ok2 := strings.Cut(rest, ":")
@@ -162,6 +189,9 @@ func ParseSource(arg string) (Source, error) {
 	}
 	if !slices.Contains(Formats(), format) {
 		return Source{}, fmt.Errorf("source %q: unknown format %q; use one of %s", arg, format, strings.Join(Formats(), ", "))
+	}
+	if err := checkSourceURL(path); err != nil {
+		return Source{}, fmt.Errorf("source %q: %w", arg, err)
 	}
 	s := Source{Format: format, Path: path}
 	switch {
@@ -178,6 +208,28 @@ func ParseSource(arg string) (Source, error) {
 		s.Codes = codes
 	}
 	return s, nil
+}
+
+// checkSourceURL refuses a PATH that looks like a URL but is not one the
+// build can fetch. A plain file name passes.
+func checkSourceURL(p string) error {
+	scheme, _, ok := strings.Cut(p, "://")
+	if !ok || strings.ContainsAny(scheme, "/\\.") {
+		return nil // a file name (a relative path may contain "://" after a slash)
+	}
+	if !isURL(p) {
+		return fmt.Errorf("scheme %q is not supported: a source is a local file or an http:// or https:// URL", scheme)
+	}
+	u, err := url.Parse(p)
+	switch {
+	case err != nil:
+		return fmt.Errorf("bad URL: %w", err)
+	case u.Host == "" || u.Hostname() == "":
+		return fmt.Errorf("URL %q names no host", u.Redacted())
+	case u.Fragment != "":
+		return fmt.Errorf("URL %q has a #fragment, which is never sent to the server; remove it", u.Redacted())
+	}
+	return nil
 }
 
 // Import reads the source's file with its format's importer, calling add

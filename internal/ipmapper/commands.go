@@ -250,6 +250,10 @@ type Query struct {
 	DeviceID string
 	// After skips the sessions whose id sorts at or before it (paging).
 	After string
+	// With ByProducer, only Producer's sessions are selected ("" is the
+	// orgmanager's): a filter on top of the selector.
+	ByProducer bool
+	Producer   string
 }
 
 // Found is one page of Find.
@@ -288,8 +292,14 @@ func (s *Service) Find(q Query, limit int) (Found, error) {
 	if limit <= 0 {
 		return Found{}, invalidf("limit %d: must be positive", limit)
 	}
+	if q.ByProducer && !session.ValidProducer(q.Producer) {
+		return Found{}, invalidf("invalid producer %q", q.Producer)
+	}
 	gq.after = q.After
 	live := s.match(gq)
+	if q.ByProducer {
+		live = slices.DeleteFunc(live, func(e sessionindex.Entry) bool { return e.Producer() != q.Producer })
+	}
 	out := Found{Total: len(live), Sessions: make([]session.Session, 0, min(limit, len(live)))}
 	for _, e := range live[:min(limit, len(live))] {
 		out.Sessions = append(out.Sessions, *e.Session())
@@ -320,8 +330,14 @@ func (s *Service) cleanSessions(ctx context.Context, data []byte) ([]byte, strin
 	// ids are sessions the table holds; stray ones only the bucket holds.
 	var ids, stray []string
 	switch mode {
+	// Every selector takes only the request's producer's sessions: the
+	// orgmanager's deploy (producer "") never removes what RADIUS
+	// accounting wrote, nor the other way round.
 	case wire.CleanByOrg, wire.CleanByRevision:
 		for _, e := range ix.ByOrg(req.Org) {
+			if e.Producer() != req.Producer {
+				continue
+			}
 			if mode == wire.CleanByOrg || e.Revision() < req.RevisionBelow {
 				ids = append(ids, e.ID())
 			}
@@ -342,7 +358,7 @@ func (s *Service) cleanSessions(ctx context.Context, data []byte) ([]byte, strin
 			return ok
 		}
 		for _, e := range ix.ByOrg(req.Org) {
-			if slices.ContainsFunc(e.Allocations(), inSubnet) {
+			if e.Producer() == req.Producer && slices.ContainsFunc(e.Allocations(), inSubnet) {
 				ids = append(ids, e.ID())
 			}
 		}
@@ -364,6 +380,13 @@ func (s *Service) cleanSessions(ctx context.Context, data []byte) ([]byte, strin
 				// wrong, and removing the rest would act on that wrong view.
 				return nil, "", invalidf("%v: session %s is not in org %q", ErrOtherOrg, id, req.Org)
 			}
+			if e.Producer() != req.Producer {
+				// Refused as a whole too, for the same reason: ids are
+				// the caller's own sessions, and one of another
+				// producer's means its list is not what it thinks.
+				return nil, "", invalidf("%v: session %s is producer %s's, not %s's", ErrOtherProducer, id,
+					producerName(e.Producer()), producerName(req.Producer))
+			}
 			ids = append(ids, id)
 		}
 		// An id the table does not hold may still be in the bucket: a
@@ -371,7 +394,7 @@ func (s *Service) cleanSessions(ctx context.Context, data []byte) ([]byte, strin
 		// (reconcile could not re-read it while NATS was away). Every node
 		// serves such a value, so it is deleted too; it is not counted,
 		// as the table never held it.
-		if stray, err = s.strayKeys(ctx, unknown, req.Org); err != nil {
+		if stray, err = s.strayKeys(ctx, unknown, req.Org, req.Producer); err != nil {
 			return nil, "", fmt.Errorf("removed 0 of %d sessions: %w", len(ids), err)
 		}
 	}
@@ -394,17 +417,18 @@ func (s *Service) cleanSessions(ctx context.Context, data []byte) ([]byte, strin
 const strayCheckWorkers = 16
 
 // strayKeys returns those of ids (none held by the table) that the bucket
-// still holds a value for, in order. With org set, a value is returned
-// only if it is a session of org: the caller named the ids as that org's,
-// and a stray value of another org (or one that is not a session at all)
-// is left for an operator rather than deleted on that claim.
+// still holds a value for, in order. A value is returned only if it is a
+// session of producer and, with org set, of org: the caller named the ids
+// as its own, and a stray value of another org or producer (or one that
+// is not a session at all) is left for an operator rather than deleted on
+// that claim.
 //
 // Checked with a read rather than deleted blindly: a blind delete would
 // send a delete to every node's watch and leave a marker in the bucket for
 // each id that was never stored (a retried clean, a caller's stale list),
 // while a read costs one round trip here and strays are rare. Called with
 // mu held, so no write of these ids can come in between.
-func (s *Service) strayKeys(ctx context.Context, ids []string, org string) ([]string, error) {
+func (s *Service) strayKeys(ctx context.Context, ids []string, org, producer string) ([]string, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
@@ -419,7 +443,7 @@ func (s *Service) strayKeys(ctx context.Context, ids []string, org string) ([]st
 				if i >= len(ids) || ctx.Err() != nil {
 					return
 				}
-				found[i], errs[i] = s.store.holds(ctx, ids[i], org)
+				found[i], errs[i] = s.store.holds(ctx, ids[i], org, producer)
 			}
 		})
 	}

@@ -406,6 +406,7 @@ func TestCleanSessionsRefusals(t *testing.T) {
 		{"empty non-nil subnets", mapperclient.CleanRequest{Org: "a", Subnets: []netip.Prefix{}}, "subnets is empty"},
 		{"ambiguous", mapperclient.CleanRequest{Org: "a", RevisionBelow: 2, Subnets: []netip.Prefix{mustPrefix("10.0.0.0/8")}}, "only one of"},
 		{"subnets without org", mapperclient.CleanRequest{Subnets: []netip.Prefix{mustPrefix("10.0.0.0/8")}}, "org is required"},
+		{"invalid producer", mapperclient.CleanRequest{Org: "a", All: true, Producer: "Not-A-Name"}, "invalid producer"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := f.client.CleanSessions(ctx, tc.req); err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -428,7 +429,11 @@ func TestCleanSessionsRefusals(t *testing.T) {
 
 func TestCleanSessionsSplitsLongIDLists(t *testing.T) {
 	f := startFixture(t, nil)
-	ctx := ctxT(t)
+	// Storing 30 000 sessions takes seconds alone but over a minute under
+	// -race on a loaded two-core machine (seen in CI): the test is about
+	// the split, not the speed, so it waits longer than ctxT.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
 	const n = 30000
 	sessions := make([]session.Session, n)
 	ids := make([]string, n)

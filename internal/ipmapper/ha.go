@@ -361,6 +361,9 @@ func (s *Service) activate(ctx context.Context, t *term) (err error) {
 	if s.cfg.PurgeDeletesAfter > 0 {
 		s.loops.Go(func() { s.every(t.ctx, min(s.cfg.PurgeDeletesAfter, time.Hour), s.purgeTick) })
 	}
+	if s.cfg.SnapshotInterval > 0 {
+		s.loops.Go(func() { s.every(t.ctx, s.cfg.SnapshotInterval, func() { s.snapshotTick(t.ctx) }) })
+	}
 	s.ready.Store(true)
 	s.setRole(RoleActive)
 	s.metrics.takeovers.Inc()

@@ -18,7 +18,7 @@ const (
 )
 
 // HandleSessions is GET /sessions?ip=|org=|username=|deviceid=|id=
-// [&limit=N][&after=ID]: what the table holds, read-only, for an operator
+// [&limit=N][&after=ID][&producer=P]: what the table holds, read-only, for an operator
 // (docs/ipmapper.md, "Inspecting the table").
 func (s *Service) HandleSessions(w http.ResponseWriter, r *http.Request) {
 	// Not r.URL.Query(): it drops a malformed pair silently, and a query
@@ -48,6 +48,9 @@ func (s *Service) HandleSessions(w http.ResponseWriter, r *http.Request) {
 			q.DeviceID = v
 		case "after":
 			q.After = v
+		case "producer":
+			// Present and empty selects the orgmanager's sessions.
+			q.ByProducer, q.Producer = true, v
 		case "ip":
 			ip, err := netip.ParseAddr(v)
 			if err != nil {
@@ -63,7 +66,7 @@ func (s *Service) HandleSessions(w http.ResponseWriter, r *http.Request) {
 			}
 			limit = n
 		default:
-			httpapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("unknown query parameter %q (want one of id, ip, org, username, deviceid; limit, after)", key))
+			httpapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("unknown query parameter %q (want one of id, ip, org, username, deviceid; limit, after, producer)", key))
 			return
 		}
 	}

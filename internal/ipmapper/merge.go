@@ -10,14 +10,28 @@ import (
 	"github.com/svc-pf/svc-pf/internal/session"
 )
 
-// Merge refusals; both are the producer's fault (status 400).
+// Merge refusals; all are the producer's fault (status 400).
 var (
 	ErrOtherOrg          = errors.New("session id belongs to another organisation")
 	ErrOpaqueIDImmutable = errors.New("opaque_id is immutable once set")
+	// ErrOtherProducer: a producer never changes nor removes another
+	// producer's session (the orgmanager's deploys and RADIUS accounting
+	// each own theirs).
+	ErrOtherProducer = errors.New("session id belongs to another producer")
 )
 
+// producerName is how errors name a producer: "" is the orgmanager's.
+func producerName(p string) string {
+	if p == "" {
+		return `"" (the orgmanager)`
+	}
+	return fmt.Sprintf("%q", p)
+}
+
 // merge applies an update to the stored session (nil when there is none) and
-// returns the session to store and whether anything changed. An empty field
+// returns the session to store and whether anything changed. The update
+// must come from the stored session's producer and org; the producer is
+// kept (it is part of the session's identity, like the org). An empty field
 // of the update keeps the stored value; a non-empty allocation list replaces
 // the stored one. ttl follows SetSessionRequest.TTLSeconds.
 //
@@ -30,12 +44,16 @@ func merge(stored *session.Session, in *session.Session, ttl int64, now time.Tim
 		if stored.Org != in.Org {
 			return session.Session{}, false, fmt.Errorf("%w: %s is not in org %q", ErrOtherOrg, in.ID, in.Org)
 		}
+		if stored.Producer != in.Producer {
+			return session.Session{}, false, fmt.Errorf("%w: session %s is producer %s's, not %s's",
+				ErrOtherProducer, in.ID, producerName(stored.Producer), producerName(in.Producer))
+		}
 		if stored.OpaqueID != "" && in.OpaqueID != "" && stored.OpaqueID != in.OpaqueID {
 			return session.Session{}, false, fmt.Errorf("%w: session %s has opaque_id %q", ErrOpaqueIDImmutable, in.ID, stored.OpaqueID)
 		}
 		out = *stored
 	} else {
-		out = session.Session{ID: in.ID, Org: in.Org}
+		out = session.Session{ID: in.ID, Org: in.Org, Producer: in.Producer}
 	}
 	if in.Revision != 0 {
 		out.Revision = in.Revision
@@ -74,7 +92,7 @@ func setIfNotEmpty(dst *string, v string) {
 
 // sameContent compares everything but UpdatedAt.
 func sameContent(a, b *session.Session) bool {
-	if a.ID != b.ID || a.Org != b.Org || a.Revision != b.Revision ||
+	if a.ID != b.ID || a.Org != b.Org || a.Producer != b.Producer || a.Revision != b.Revision ||
 		a.Username != b.Username || a.DeviceID != b.DeviceID || a.Location != b.Location ||
 		a.TraceID != b.TraceID || a.OpaqueID != b.OpaqueID ||
 		!slices.Equal(a.Allocations, b.Allocations) {

@@ -20,20 +20,22 @@ const (
 )
 
 type metrics struct {
-	requests       *prometheus.CounterVec
-	duration       *prometheus.HistogramVec
-	sessionsSet    prometheus.Counter
-	removedClean   prometheus.Counter
-	removedExpired prometheus.Counter
-	loadDuration   prometheus.Gauge
-	loadSkipped    prometheus.Counter
-	kvWriteErrors  prometheus.Counter
-	markersPurged  prometheus.Counter
-	stored         prometheus.GaugeFunc
-	active         prometheus.GaugeFunc
-	takeovers      prometheus.Counter
-	lockLost       prometheus.Counter
-	probeMissed    prometheus.Counter
+	requests         *prometheus.CounterVec
+	duration         *prometheus.HistogramVec
+	sessionsSet      prometheus.Counter
+	removedClean     prometheus.Counter
+	removedExpired   prometheus.Counter
+	loadDuration     prometheus.Gauge
+	loadSkipped      prometheus.Counter
+	kvWriteErrors    prometheus.Counter
+	markersPurged    prometheus.Counter
+	snapshotErrors   prometheus.Counter
+	snapshotSequence prometheus.Gauge
+	stored           prometheus.GaugeFunc
+	active           prometheus.GaugeFunc
+	takeovers        prometheus.Counter
+	lockLost         prometheus.Counter
+	probeMissed      prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, sessions, active func() float64) (*metrics, error) {
@@ -73,6 +75,14 @@ func newMetrics(reg prometheus.Registerer, sessions, active func() float64) (*me
 			Name: "svcpf_ipmapper_delete_markers_purged_total",
 			Help: "KV delete markers of removed sessions purged from the bucket once old enough.",
 		}),
+		snapshotErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "svcpf_ipmapper_snapshot_errors_total",
+			Help: "Periodic snapshots of the table (what nodes start from) that could not be written.",
+		}),
+		snapshotSequence: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "svcpf_ipmapper_snapshot_sequence",
+			Help: "Stream sequence of the bucket covered by the last snapshot written; 0 before the first.",
+		}),
 	}
 	m.stored = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "svcpf_ipmapper_sessions",
@@ -96,6 +106,7 @@ func newMetrics(reg prometheus.Registerer, sessions, active func() float64) (*me
 	})
 	for _, c := range []prometheus.Collector{
 		m.requests, m.duration, m.sessionsSet, removed, m.loadDuration, m.loadSkipped, m.kvWriteErrors, m.markersPurged, m.stored,
+		m.snapshotErrors, m.snapshotSequence,
 		m.active, m.takeovers, m.lockLost, m.probeMissed,
 	} {
 		if err := reg.Register(c); err != nil {

@@ -61,6 +61,13 @@ type Config struct {
 	// one interval. Nodes do not need old markers: a node that was away
 	// when one was purged drops the session when it reconciles on resuming.
 	PurgeDeletesAfter time.Duration
+	// SnapshotInterval is how often the active instance writes the table
+	// into the snapshot nodes start from (an object named "snapshot" in
+	// the Object Store bucket named like Bucket): a node's cold start then
+	// reads it and only the stream after it. Default 10m; negative writes
+	// none (nodes replay the whole stream). The first is written one
+	// interval after the instance became active.
+	SnapshotInterval time.Duration
 	// Logger; nil discards.
 	Logger *slog.Logger
 	// Registerer receives the metrics; nil registers them nowhere.
@@ -187,6 +194,9 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.PurgeDeletesAfter == 0 {
 		cfg.PurgeDeletesAfter = defaultPurgeDeletesAfter
+	}
+	if cfg.SnapshotInterval == 0 {
+		cfg.SnapshotInterval = defaultSnapshotInterval
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

@@ -235,10 +235,12 @@ func (st *store) load(ctx context.Context, put func(*session.Session)) (loaded, 
 	}
 }
 
-// holds reports whether the bucket has a value under id; with org set,
-// only a session of org counts (see Service.strayKeys), by the rule every
-// node reads the bucket with: a value no node serves is not org's session.
-func (st *store) holds(ctx context.Context, id, org string) (bool, error) {
+// holds reports whether the bucket has a value under id that the caller
+// may remove (see Service.strayKeys): a session of producer and, with org
+// set, of org, by the rule every node reads the bucket with; without org,
+// also a value that is no session (no node serves it, no producer owns
+// it). With org set, a value no node serves is not org's session.
+func (st *store) holds(ctx context.Context, id, org, producer string) (bool, error) {
 	e, err := st.kv.Get(ctx, id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return false, nil
@@ -246,12 +248,14 @@ func (st *store) holds(ctx context.Context, id, org string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if org == "" {
+	s, err := session.Decode(id, e.Value())
+	if err != nil && org == "" {
+		// Not a session: no node serves it, and no producer owns it.
 		return true, nil
 	}
-	if s, err := session.Decode(id, e.Value()); err != nil || s.Org != org {
-		st.log.Warn("clean-sessions: leaving a value the table does not hold and that is not a session of the org named",
-			"key", id, "org", org)
+	if err != nil || org != "" && s.Org != org || s.Producer != producer {
+		st.log.Warn("clean-sessions: leaving a value the table does not hold and that is not a session of the org and producer named",
+			"key", id, "org", org, "producer", producer)
 		return false, nil
 	}
 	return true, nil

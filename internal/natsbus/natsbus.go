@@ -2,7 +2,8 @@
 // side (orgmanager, IP Mapper) and the read models on every filter node. It
 // starts the embedded NATS server with JetStream that `svc-pf all` and the
 // tests use, and opens client connections that reconnect forever, because a
-// node must keep serving from its read model while the bus is away.
+// node must keep serving from its read model while the bus is away; Await
+// is how every service waits for its server at start (await.go).
 package natsbus
 
 import (
@@ -49,7 +50,9 @@ type EmbeddedConfig struct {
 
 // Embedded is a running in-process NATS server.
 type Embedded struct {
-	srv  *server.Server
+	// srv is the running server; heal replaces it (restartServer).
+	srv  atomic.Pointer[server.Server]
+	opts server.Options // the first server's, with the port it got
 	cfg  EmbeddedConfig
 	log  *slog.Logger
 	lock *filelock.Lock
@@ -112,27 +115,40 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 		// No HTTP monitoring port: svc-pf exposes its own metrics.
 		HTTPPort: 0,
 	}
-	srv, err := server.NewServer(opts)
-	if err != nil {
-		_ = lock.Unlock()
-		return nil, fmt.Errorf("natsbus: %w", err)
-	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	e := &Embedded{srv: srv, cfg: cfg, log: log.With("component", "nats-server"), lock: lock, stop: make(chan struct{})}
+	e := &Embedded{opts: *opts, cfg: cfg, log: log.With("component", "nats-server"), lock: lock, stop: make(chan struct{})}
+	srv, err := e.startServer()
+	if err != nil {
+		_ = lock.Unlock()
+		return nil, err
+	}
+	e.srv.Store(srv)
+	// A restart (heal) listens where clients already connect.
+	e.opts.Port = e.Port()
+	e.healer.Go(e.heal)
+	return e, nil
+}
+
+// startServer starts a server with e.opts and waits until it accepts
+// connections.
+func (e *Embedded) startServer() (*server.Server, error) {
+	opts := e.opts
+	srv, err := server.NewServer(&opts)
+	if err != nil {
+		return nil, fmt.Errorf("natsbus: %w", err)
+	}
 	// Always installed, even without a Logger: the server's log is where
 	// it reports a store write error, which the healer watches for.
 	srv.SetLoggerV2(&serverLog{log: e.log, onStoreError: e.noteStoreError}, false, false, false)
 	go srv.Start()
 	if !srv.ReadyForConnections(15 * time.Second) {
 		srv.Shutdown()
-		_ = lock.Unlock()
 		return nil, errors.New("natsbus: embedded server not ready after 15s")
 	}
-	e.healer.Go(e.heal)
-	return e, nil
+	return srv, nil
 }
 
 // StoreError reports the store write error JetStream is stuck on (nil when
@@ -146,7 +162,7 @@ func (e *Embedded) StoreError() error {
 	if p := e.storeErr.Load(); p != nil {
 		return errors.New(*p)
 	}
-	if !e.srv.JetStreamEnabled() {
+	if !e.srv.Load().JetStreamEnabled() {
 		return errors.New("JetStream is disabled")
 	}
 	return nil
@@ -159,11 +175,14 @@ func (e *Embedded) noteStoreError(msg string) {
 	e.storeErr.Store(&msg)
 }
 
-// heal restarts JetStream (it reopens every stream from its files, which
-// clears the stuck write error) once the store has room again, or when the
-// server disabled JetStream on its own (out of space in some paths,
-// permission denied). Without it a freed disk is only picked up by a
-// restart of the process.
+// heal restarts the server (JetStream reopens every stream from its files,
+// which clears the stuck write error) once the store has room again, or
+// when the server disabled JetStream on its own (out of space in some
+// paths, permission denied). Without it a freed disk is only picked up by a
+// restart of the process. The whole server is restarted, not JetStream
+// alone: nats-server's EnableJetStream on a running server races with the
+// JetStream API requests it is serving (the race detector shows it). The
+// clients reconnect, as they do to any restarted server.
 func (e *Embedded) heal() {
 	t := time.NewTicker(e.cfg.HealInterval)
 	defer t.Stop()
@@ -173,34 +192,40 @@ func (e *Embedded) heal() {
 			return
 		case <-t.C:
 		}
-		if e.storeErr.Load() == nil && e.srv.JetStreamEnabled() {
+		if e.storeErr.Load() == nil && e.srv.Load().JetStreamEnabled() {
 			continue
 		}
 		free, err := freeBytes(e.cfg.StoreDir)
 		if err != nil || free < e.cfg.HealMinFree {
 			continue
 		}
-		if err := e.restartJetStream(); err != nil {
-			e.log.Warn("restarting JetStream after a store write error failed; retrying", "err", err)
+		if err := e.restartServer(); err != nil {
+			e.log.Warn("restarting the server after a store write error failed; retrying", "err", err)
 			continue
 		}
 		e.storeErr.Store(nil)
-		e.log.Info("JetStream restarted after a store write error; writes resume", "free_bytes", free)
+		e.log.Info("server restarted after a store write error; writes resume", "free_bytes", free)
 	}
 }
 
-func (e *Embedded) restartJetStream() error {
-	if e.srv.JetStreamEnabled() {
-		if err := e.srv.ShutdownJetStream(); err != nil {
-			return err
-		}
-	}
+// restartServer stops the server and starts a new one on the same address
+// and store. Called only from heal; Shutdown waits for heal to return
+// before it stops the server.
+func (e *Embedded) restartServer() error {
+	old := e.srv.Load()
+	old.Shutdown()
+	old.WaitForShutdown()
 	select {
 	case <-e.stop: // shutting down: leave it off
 		return errors.New("server shutting down")
 	default:
 	}
-	return e.srv.EnableJetStream(&server.JetStreamConfig{StoreDir: e.cfg.StoreDir, MaxStore: e.cfg.MaxStore})
+	srv, err := e.startServer()
+	if err != nil {
+		return err // heal tries again: the stopped server reports JetStream disabled
+	}
+	e.srv.Store(srv)
+	return nil
 }
 
 func freeBytes(dir string) (uint64, error) {
@@ -212,13 +237,13 @@ func freeBytes(dir string) (uint64, error) {
 }
 
 // ClientURL is the nats:// URL clients connect to.
-func (e *Embedded) ClientURL() string { return e.srv.ClientURL() }
+func (e *Embedded) ClientURL() string { return e.srv.Load().ClientURL() }
 
 // Port is the listening port: how a program that embeds the server learns
 // the port the kernel chose for Port 0, e.g. to restart a server on the
 // same address.
 func (e *Embedded) Port() int {
-	_, p, err := net.SplitHostPort(e.srv.Addr().String())
+	_, p, err := net.SplitHostPort(e.srv.Load().Addr().String())
 	if err != nil {
 		return 0
 	}
@@ -232,8 +257,9 @@ func (e *Embedded) Shutdown() {
 	e.shutOnce.Do(func() {
 		close(e.stop)
 		e.healer.Wait()
-		e.srv.Shutdown()
-		e.srv.WaitForShutdown()
+		srv := e.srv.Load()
+		srv.Shutdown()
+		srv.WaitForShutdown()
 		_ = e.lock.Unlock()
 	})
 }
@@ -256,7 +282,8 @@ func Connect(url, name string, log *slog.Logger, retryOnFailedConnect bool, more
 	opts := []nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250 * time.Millisecond),
+		// 250ms doubling to 2s between rounds over the servers (await.go).
+		nats.CustomReconnectDelay(reconnectDelay),
 		nats.RetryOnFailedConnect(retryOnFailedConnect),
 		// No reconnect buffer. nats.go's default keeps up to 8 MB of
 		// publishes made during a disconnect and sends them after the

@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -69,7 +70,8 @@ func (c *Config) Validate() error {
 // Node is one node's read side, built by New and followed by Run.
 type Node struct {
 	feeds    *feeds.Client
-	rpz      *rpz.Set
+	rpz      atomic.Pointer[rpz.Set] // swapped by SetRPZ (reload.go)
+	rpzRun   rpzRun
 	sessions *sessions.Model      // nil without NATS
 	settings *settingsmodel.Model // nil without NATS
 	engine   *policy.Engine
@@ -97,7 +99,8 @@ func New(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{feeds: fc, rpz: zones}
+	n := &Node{feeds: fc}
+	n.rpz.Store(zones)
 	if cfg.NATS != nil {
 		js, err := jetstream.New(cfg.NATS)
 		if err != nil {
@@ -133,7 +136,7 @@ func (n *Node) Feeds() *feeds.Client { return n.feeds }
 
 // View is the policy engine's view: each model's current snapshot.
 func (n *Node) View() policy.View {
-	v := policy.View{Categories: n.feeds.Set(), RPZ: n.rpz.RPZ()}
+	v := policy.View{Categories: n.feeds.Set(), RPZ: n.rpz.Load().RPZ()}
 	if n.sessions != nil {
 		v.Sessions = n.sessions.Snapshot()
 	}
@@ -149,7 +152,7 @@ func (n *Node) View() policy.View {
 func (n *Node) Generation() uint64 {
 	n.genMu.Lock()
 	defer n.genMu.Unlock()
-	if f, z := n.feeds.Set(), n.rpz.Snapshot(); f != n.lastFeed || z != n.lastRPZ {
+	if f, z := n.feeds.Set(), n.rpz.Load().Snapshot(); f != n.lastFeed || z != n.lastRPZ {
 		n.lastFeed, n.lastRPZ = f, z
 		n.gen++
 	}
@@ -198,7 +201,7 @@ type Status struct {
 
 // Status is the status page's payload now.
 func (n *Node) Status() Status {
-	return Status{Feeds: n.feeds.Status(), RPZ: n.rpz.Status(), Counts: n.Counts()}
+	return Status{Feeds: n.feeds.Status(), RPZ: n.rpz.Load().Status(), Counts: n.Counts()}
 }
 
 // Ready says what is not loaded yet or what feed has failed for longer
@@ -219,6 +222,53 @@ func (n *Node) Ready() error {
 		return nil
 	}
 	return errors.New(strings.Join(parts, "; "))
+}
+
+// The parts of the policy data Waiting and Missing name: the labels of
+// the resolver's svcpf_resolver_unfiltered_total and the words of its
+// /health line.
+const (
+	PartSessions = "sessions"
+	PartSettings = "settings"
+	PartFeeds    = "feeds"
+)
+
+// Waiting is the first part of the policy data that has not loaded yet,
+// in the order sessions, settings, feeds (PartSessions, …); "" once every
+// part has loaded. A part counts as loaded from its first complete load
+// on, whatever happens later: the read models keep their last data when
+// NATS goes away or a feed fails, so Waiting never turns non-empty again
+// (Ready, not Waiting, says a feed has gone stale). It allocates nothing:
+// the resolver asks it for each query it answers before that.
+func (n *Node) Waiting() string {
+	switch {
+	case n.sessions != nil && !n.sessions.Ready():
+		return PartSessions
+	case n.settings != nil && !n.settings.Ready():
+		return PartSettings
+	case !n.feeds.Ready():
+		return PartFeeds
+	}
+	return ""
+}
+
+// Missing lists, for /health, each part of the policy data Waiting would
+// name (the buckets by name, each feed that has never loaded by name);
+// nil once everything has loaded.
+func (n *Node) Missing() []string {
+	var out []string
+	if n.sessions != nil && !n.sessions.Ready() {
+		out = append(out, "the sessions bucket")
+	}
+	if n.settings != nil && !n.settings.Ready() {
+		out = append(out, "the settings bucket")
+	}
+	for _, s := range n.feeds.Status() {
+		if s.Version == 0 {
+			out = append(out, "feed "+s.Name)
+		}
+	}
+	return out
 }
 
 // feedProblems says which feeds have never loaded and which have failed
@@ -250,7 +300,7 @@ func feedProblems(status []feeds.FeedStatus) string {
 
 // Run follows every read model until ctx ends.
 func (n *Node) Run(ctx context.Context) error {
-	runs := map[string]func(context.Context) error{"feeds": n.feeds.Run, "rpz": n.rpz.Run}
+	runs := map[string]func(context.Context) error{"feeds": n.feeds.Run, "rpz": n.runRPZ}
 	if n.sessions != nil {
 		runs["sessions"] = n.sessions.Run
 	}

@@ -59,7 +59,7 @@ type Counts struct {
 
 // Snapshot is what a node says about itself at one beat.
 type Snapshot struct {
-	// NotReady is node.Ready()'s message; "" when ready.
+	// NotReady is the node's /health message when not ready; "" when ready.
 	NotReady string
 	Feeds    []Feed
 	Counts   Counts

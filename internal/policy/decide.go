@@ -105,7 +105,7 @@ type RPZ interface {
 // Transport is how a query reached the resolver. The zero value is UDP.
 type Transport uint8
 
-// Transports. DoT, DoH and DoQ are named for the adapters to come.
+// Transports: each is an adapter of the resolver's one entry.
 const (
 	TransportUDP Transport = iota
 	TransportTCP

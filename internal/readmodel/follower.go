@@ -91,6 +91,35 @@ type Config[V any] struct {
 	Decode func(key string, value []byte) (V, error)
 	// Model receives the decoded values; required.
 	Model Model[V]
+	// Seed, when set, opens a snapshot of the bucket for a full load: the
+	// load reads it and then only the stream after the sequence it covers,
+	// instead of the whole stream. It returns nil (and no error) when there
+	// is none. A seed whose stream is not the bucket's current one, that
+	// reaches past its end, or that is too old (Seed.ValidFor) is not
+	// used; one that
+	// fails to open or to read is given up for a replay of the whole
+	// stream. Either way the loaded contents are the same.
+	Seed func(ctx context.Context) (*Seed, error)
+}
+
+// Seed is a snapshot of a bucket: its contents as of one stream sequence.
+type Seed struct {
+	// Sequence is the last stream sequence the snapshot covers.
+	Sequence uint64
+	// StreamCreated is the creation time of the stream it was taken from.
+	StreamCreated time.Time
+	// Taken is when it was taken: the Created time of its entries.
+	Taken time.Time
+	// ValidFor is how long after Taken the stream still holds every
+	// delete marker written after Sequence. A load does not start from a
+	// seed older than half of it (room for clocks that differ and for the
+	// load itself): a delete whose marker is gone would not reach it.
+	ValidFor time.Duration
+	// Next returns the next key and its value (a put), in the order they
+	// must be applied, and io.EOF after the last.
+	Next func() (key string, value []byte, err error)
+	// Close releases it.
+	Close func() error
 }
 
 // Follower loads a bucket into a Model and keeps it current. Its status
@@ -99,6 +128,7 @@ type Follower[V any] struct {
 	opts      Options
 	decode    func(string, []byte) (V, error)
 	model     Model[V]
+	seed      func(context.Context) (*Seed, error)
 	log       *slog.Logger
 	m         *metrics
 	started   time.Time
@@ -155,6 +185,7 @@ func New[V any](cfg Config[V]) (*Follower[V], error) {
 		opts:   o,
 		decode: cfg.Decode,
 		model:  cfg.Model,
+		seed:   cfg.Seed,
 		log:    o.Logger.With("component", "readmodel", "bucket", o.Bucket),
 		ready:  make(chan struct{}),
 	}
@@ -249,6 +280,7 @@ type watchState struct {
 	loaded     bool      // a complete snapshot was loaded at least once
 	streamMade time.Time // creation time of the stream that snapshot came from
 	resumed    bool      // this watch continues an earlier one: reconcile first
+	seedFailed bool      // a seed failed to load: replay the whole stream
 	reconnects uint64
 }
 
@@ -264,7 +296,7 @@ func (f *Follower[V]) watchOnce(ctx context.Context, w *watchState) error {
 	}
 	nc := f.opts.JetStream.Conn()
 	w.reconnects = nc.Stats().Reconnects
-	made, lastSeq, err := streamState(ctx, w.kv)
+	made, lastSeq, oneRevision, err := streamState(ctx, w.kv)
 	if err != nil {
 		return err
 	}
@@ -275,8 +307,16 @@ func (f *Follower[V]) watchOnce(ctx context.Context, w *watchState) error {
 	}
 
 	var watcher jetstream.KeyWatcher
+	var seed *Seed
 	reconcile := false
-	if w.loaded {
+	if !w.loaded && f.seed != nil && !w.seedFailed {
+		seed = f.openSeed(ctx, made, lastSeq)
+	}
+	if seed != nil {
+		defer func() { _ = seed.Close() }()
+		// Everything after the seed: puts, deletes and purges alike.
+		watcher, err = w.kv.WatchAll(ctx, jetstream.ResumeFromRevision(seed.Sequence+1))
+	} else if w.loaded {
 		if w.resumed {
 			f.m.resumes.Inc()
 			reconcile = true // once the replay below is applied
@@ -285,7 +325,17 @@ func (f *Follower[V]) watchOnce(ctx context.Context, w *watchState) error {
 		// exactly what this node has not applied.
 		watcher, err = w.kv.WatchAll(ctx, jetstream.ResumeFromRevision(f.lastSeq.Load()+1))
 	} else {
-		watcher, err = w.kv.WatchAll(ctx)
+		var opts []jetstream.WatchOpt
+		if oneRevision {
+			// A bucket that keeps one revision per key holds exactly
+			// the last value of each key, so delivering all of it is
+			// the same load. A last-per-subject consumer's creation
+			// walks every key first: at 10 million keys it took
+			// nats-server longer than the client's 5 s API timeout,
+			// every retry asked again, and the node never started.
+			opts = append(opts, jetstream.IncludeHistory())
+		}
+		watcher, err = w.kv.WatchAll(ctx, opts...)
 	}
 	if err != nil {
 		return fmt.Errorf("watch: %w", err)
@@ -294,9 +344,18 @@ func (f *Follower[V]) watchOnce(ctx context.Context, w *watchState) error {
 	updates := watcher.Updates()
 
 	if !w.loaded {
-		if err := f.load(ctx, updates); err != nil {
+		src := watchSource(ctx, updates)
+		if seed != nil {
+			src = seedSource(ctx, f.opts.Bucket, seed, updates)
+		}
+		if err := f.load(ctx, src, seed); err != nil {
+			if errors.Is(err, errSeed) {
+				w.seedFailed = true
+				f.m.seedFailures.Inc()
+			}
 			return err
 		}
+		f.caughtUp.Store(len(updates) == 0)
 		w.loaded, w.streamMade = true, made
 	}
 	w.resumed = true // whatever ends this watch, the next one is a resume
@@ -363,7 +422,7 @@ func (f *Follower[V]) watchOnce(ctx context.Context, w *watchState) error {
 func (f *Follower[V]) checkStream(ctx context.Context, w *watchState, drained bool) error {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	made, lastSeq, err := streamState(cctx, w.kv)
+	made, lastSeq, _, err := streamState(cctx, w.kv)
 	switch {
 	case err != nil:
 		f.caughtUp.Store(false)
@@ -398,29 +457,58 @@ func (f *Follower[V]) openBucket(ctx context.Context) (jetstream.KeyValue, error
 	}
 }
 
-// streamState returns when the bucket's stream was created and its last
-// sequence number.
-func streamState(ctx context.Context, kv jetstream.KeyValue) (time.Time, uint64, error) {
+// streamState returns when the bucket's stream was created, its last
+// sequence number, and whether it keeps one revision per key.
+func streamState(ctx context.Context, kv jetstream.KeyValue) (made time.Time, lastSeq uint64, oneRevision bool, err error) {
 	st, err := kv.Status(ctx)
 	if err != nil {
-		return time.Time{}, 0, fmt.Errorf("bucket status: %w", err)
+		return time.Time{}, 0, false, fmt.Errorf("bucket status: %w", err)
 	}
 	bs, ok := st.(*jetstream.KeyValueBucketStatus)
 	if !ok || bs.StreamInfo() == nil {
-		return time.Time{}, 0, errors.New("bucket status without stream info")
+		return time.Time{}, 0, false, errors.New("bucket status without stream info")
 	}
 	info := bs.StreamInfo()
-	return info.Created, info.State.LastSeq, nil
+	return info.Created, info.State.LastSeq, bs.History() == 1, nil
 }
 
-// load reads the initial values up to the watcher's end-of-snapshot marker
-// into the model as one snapshot.
-func (f *Follower[V]) load(ctx context.Context, updates <-chan jetstream.KeyValueEntry) error {
+// openSeed opens the seed for a full load of the stream created at made
+// whose last sequence is lastSeq, or returns nil when there is none to use.
+func (f *Follower[V]) openSeed(ctx context.Context, made time.Time, lastSeq uint64) *Seed {
+	seed, err := f.seed(ctx)
+	switch {
+	case err != nil:
+		f.log.Warn("cannot open the snapshot; replaying the whole stream", "err", err)
+		f.m.seedFailures.Inc()
+		return nil
+	case seed == nil:
+		return nil
+	case !seed.StreamCreated.Equal(made) || seed.Sequence > lastSeq:
+		// Taken from another stream: the bucket was deleted and created
+		// again since.
+		f.log.Info("the snapshot is of another stream of the bucket; replaying the whole stream",
+			"snapshot_sequence", seed.Sequence, "last_sequence", lastSeq)
+		_ = seed.Close()
+		return nil
+	case f.opts.Clock().Sub(seed.Taken) > seed.ValidFor/2:
+		f.log.Warn("the bucket's snapshot is too old to start from; replaying the whole stream",
+			"taken", seed.Taken, "valid_for", seed.ValidFor)
+		_ = seed.Close()
+		return nil
+	}
+	return seed
+}
+
+// load reads the initial values from src (a seed's records and then the
+// watcher's, or the watcher's alone) up to its end into the model as one
+// snapshot.
+func (f *Follower[V]) load(ctx context.Context, src func() (jetstream.KeyValueEntry, bool, error), seed *Seed) error {
+	seeded := seed != nil
 	start := f.opts.Clock()
 	var newest jetstream.KeyValueEntry
 	n := 0
 	size, err := f.model.Load(func(put func(V), del func(string)) error {
-		return decodeParallel(ctx, updates, f.decode, func(e jetstream.KeyValueEntry, v V, err error) {
+		return decodeParallel(ctx, src, f.decode, func(e jetstream.KeyValueEntry, v V, err error) {
 			n++
 			if newest == nil || e.Revision() > newest.Revision() {
 				newest = e
@@ -441,13 +529,20 @@ func (f *Follower[V]) load(ctx context.Context, updates <-chan jetstream.KeyValu
 	}
 	// A reload after the stream was recreated starts the sequences afresh.
 	f.lastSeq.Store(0)
+	if seeded {
+		// Applied up to the seed's sequence even when it held nothing
+		// and nothing followed it.
+		f.lastSeq.Store(seed.Sequence)
+	}
 	if newest != nil {
 		f.noteApplied(newest)
 	}
 	f.m.sequence.Set(float64(f.lastSeq.Load()))
-	f.caughtUp.Store(len(updates) == 0)
 	f.syncedAt.Store(f.opts.Clock().UnixNano())
 	f.m.fullLoads.Inc()
+	if seeded {
+		f.m.seededLoads.Inc()
+	}
 	f.m.applied.Add(float64(n))
 	f.m.swaps.Inc()
 	f.size = size
@@ -456,7 +551,7 @@ func (f *Follower[V]) load(ctx context.Context, updates <-chan jetstream.KeyValu
 		f.m.ready.Set(1)
 		close(f.ready)
 	})
-	f.log.Info("bucket loaded", "entries", size, "values", n, "sequence", f.lastSeq.Load(),
+	f.log.Info("bucket loaded", "entries", size, "values", n, "sequence", f.lastSeq.Load(), "from_snapshot", seeded,
 		"took", f.opts.Clock().Sub(start).Round(time.Millisecond))
 	return nil
 }

@@ -17,6 +17,8 @@ type metrics struct {
 	decodeErrors     prometheus.Counter
 	resumes          prometheus.Counter
 	fullLoads        prometheus.Counter
+	seededLoads      prometheus.Counter
+	seedFailures     prometheus.Counter
 	reconcileRemoved prometheus.Counter
 	applySeconds     prometheus.Histogram
 }
@@ -41,6 +43,10 @@ func newMetrics(reg prometheus.Registerer, bucket string, lag func() float64) (*
 		resumes:      counter("svcpf_readmodel_resumes_total", "Watches resumed after a NATS reconnect or a closed watcher."),
 		fullLoads: counter("svcpf_readmodel_full_loads_total",
 			"Complete loads of the bucket (the initial one, and reloads after the bucket was recreated)."),
+		seededLoads: counter("svcpf_readmodel_snapshot_loads_total",
+			"Complete loads that started from a snapshot of the bucket and read only the stream after it."),
+		seedFailures: counter("svcpf_readmodel_snapshot_failures_total",
+			"Snapshots that could not be opened or read; the load replayed the whole stream instead."),
 		reconcileRemoved: counter("svcpf_readmodel_reconcile_removed_total",
 			"Entries removed by the reconcile after a resume because their keys were no longer live in the bucket."),
 		applySeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -54,7 +60,7 @@ func newMetrics(reg prometheus.Registerer, bucket string, lag func() float64) (*
 		Name: "svcpf_readmodel_lag_seconds", Help: "How stale the read model may be (see docs/subscriber-index.md).",
 		ConstLabels: labels}, lag)
 	for _, c := range []prometheus.Collector{m.entries, m.ready, m.sequence, m.applied, m.swaps, m.decodeErrors,
-		m.resumes, m.fullLoads, m.reconcileRemoved, m.applySeconds, lagGauge} {
+		m.resumes, m.fullLoads, m.seededLoads, m.seedFailures, m.reconcileRemoved, m.applySeconds, lagGauge} {
 		if err := reg.Register(c); err != nil {
 			return nil, errors.Join(errors.New("readmodel: register metrics"), err)
 		}

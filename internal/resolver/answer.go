@@ -86,7 +86,12 @@ func (r *Resolver) blockedReply(ctx context.Context, req *dns.Msg, q *query, d *
 	if code, ok := d.EDE(p); ok && req.IsEdns0() != nil {
 		m.SetEdns0(ourUDPSize, req.IsEdns0().Do())
 		opt := m.IsEdns0()
-		opt.Option = append(opt.Option, &dns.EDNS0_EDE{InfoCode: code, ExtraText: string(d.Reason) + ": " + d.Rule()})
+		text := string(d.Reason) + ": " + d.Rule()
+		if q.transport == policy.TransportDoT || q.transport == policy.TransportDoH {
+			// Not packet-cached: the text may name the client's identity.
+			text += "; identity: " + q.identityText()
+		}
+		opt.Option = append(opt.Option, &dns.EDNS0_EDE{InfoCode: code, ExtraText: text})
 	}
 	return m
 }
@@ -120,8 +125,14 @@ func chunks(texts []string) []string {
 func (r *Resolver) debugReply(req *dns.Msg, q *query) *dns.Msg {
 	qs := req.Question[0]
 	name := strings.ToLower(strings.TrimSuffix(qs.Name, "."))
-	res := r.engine.Evaluate(&policy.Query{Input: policy.Input{Domain: name, Time: r.now(), Transport: q.transport}, IP: q.client})
+	pq := &policy.Query{Input: policy.Input{Domain: name, Time: r.now(), Transport: q.transport}, IP: q.client}
 	lines := []string{"client " + q.client.String()}
+	if q.clientID != "" {
+		// The client id's session first, else the address: as identify.
+		pq.DeviceID = ClientIDDevicePrefix + q.clientID
+		lines = append(lines, "identity used: "+q.identityText())
+	}
+	res := r.engine.Evaluate(pq)
 	for _, st := range append(res.Steps, res.Trace...) {
 		lines = append(lines, string(st.Step)+": "+st.Result)
 	}

@@ -4,7 +4,6 @@ import (
 	"net"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/miekg/dns"
@@ -22,17 +21,7 @@ import (
 // ends.
 func handlerUpstream(t testing.TB, answer func(req *dns.Msg) *dns.Msg) netip.AddrPort {
 	t.Helper()
-	pc, ln := listenPair(t)
-	var started sync.WaitGroup
-	started.Add(2)
-	h := dns.HandlerFunc(func(w dns.ResponseWriter, req *dns.Msg) { _ = w.WriteMsg(answer(req)) })
-	us := &dns.Server{PacketConn: pc, Handler: h, NotifyStartedFunc: started.Done}
-	ts := &dns.Server{Listener: ln, Handler: h, NotifyStartedFunc: started.Done}
-	go func() { _ = us.ActivateAndServe() }()
-	go func() { _ = ts.ActivateAndServe() }()
-	started.Wait()
-	t.Cleanup(func() { _ = us.Shutdown(); _ = ts.Shutdown() })
-	return pc.LocalAddr().(*net.UDPAddr).AddrPort()
+	return serveDNS(t, dns.HandlerFunc(func(w dns.ResponseWriter, req *dns.Msg) { _ = w.WriteMsg(answer(req)) }))
 }
 
 func rrA(name string, ttl uint32, ip string) dns.RR {

@@ -163,24 +163,30 @@ const upstreamURITarget = `http://x/\y\065`
 func startUpstream(t testing.TB) *fakeUpstream {
 	t.Helper()
 	u := &fakeUpstream{releaseCh: make(chan struct{})}
-	pc, ln := listenPair(t)
-	var started sync.WaitGroup
-	started.Add(2)
-	h := dns.HandlerFunc(u.serve)
-	us := &dns.Server{PacketConn: pc, Handler: h, NotifyStartedFunc: started.Done}
-	ts := &dns.Server{Listener: ln, Handler: h, NotifyStartedFunc: started.Done}
-	go func() { _ = us.ActivateAndServe() }()
-	go func() { _ = ts.ActivateAndServe() }()
-	started.Wait()
-	t.Cleanup(func() { _ = us.Shutdown(); _ = ts.Shutdown() })
+	u.addr = serveDNS(t, dns.HandlerFunc(u.serve))
 	t.Cleanup(u.release) // before the servers wait for their handlers
-	u.addr = pc.LocalAddr().(*net.UDPAddr).AddrPort()
 	return u
 }
 
 // hugeTXT is how many 255-byte strings the TXT record of a name under
 // huge.test holds: a reply of about 26 KB over TCP.
 const hugeTXT = 100
+
+// serveDNS serves h over UDP and TCP on one kernel-chosen loopback port
+// until the test ends, and returns that port's address once both listen.
+func serveDNS(t testing.TB, h dns.Handler) netip.AddrPort {
+	t.Helper()
+	pc, ln := listenPair(t)
+	var started sync.WaitGroup
+	started.Add(2)
+	us := &dns.Server{PacketConn: pc, Handler: h, NotifyStartedFunc: started.Done}
+	ts := &dns.Server{Listener: ln, Handler: h, NotifyStartedFunc: started.Done}
+	go func() { _ = us.ActivateAndServe() }()
+	go func() { _ = ts.ActivateAndServe() }()
+	started.Wait()
+	t.Cleanup(func() { _ = us.Shutdown(); _ = ts.Shutdown() })
+	return pc.LocalAddr().(*net.UDPAddr).AddrPort()
+}
 
 // listenPair binds UDP and TCP on one kernel-chosen loopback port.
 func listenPair(t testing.TB) (net.PacketConn, net.Listener) {

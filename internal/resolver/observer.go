@@ -113,6 +113,13 @@ func (c Cached) String() string {
 // Subscriber is who asked: the session's organisation, id and attributes.
 type Subscriber struct {
 	Org, SessionID, Username, DeviceID, Location string
+	// Handle is the session's slot in the subscriber index + 1 (0: none
+	// known). Small and dense, the same for a session while it lives, but
+	// reused for another session after a delete and renumbered when the
+	// index is rebuilt: an observer may keep per-subscriber state in an
+	// array by it (activity's counts do), provided it checks that the
+	// strings are still those it saw there.
+	Handle uint32
 }
 
 // Summary is a decision as the observer sees it, and as the packet cache

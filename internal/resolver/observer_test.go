@@ -123,8 +123,8 @@ func TestObserverUDPMissThenHit(t *testing.T) {
 				!slices.Equal(d.Categories, tt.want.Categories) {
 				t.Errorf("%s round %d: decision %+v, want %+v", tt.name, round, d, tt.want)
 			}
-			if s := ev.Subscriber; s.Org != "acme" || s.Username != "alice" || s.SessionID == "" {
-				t.Errorf("%s round %d: subscriber %+v, want acme's alice with her session id", tt.name, round, s)
+			if s := ev.Subscriber; s.Org != "acme" || s.Username != "alice" || s.SessionID == "" || s.Handle == 0 {
+				t.Errorf("%s round %d: subscriber %+v, want acme's alice with her session id and handle", tt.name, round, s)
 			}
 			if ev.Took < 0 || ev.Took > bound {
 				t.Errorf("%s round %d: took %v", tt.name, round, ev.Took)

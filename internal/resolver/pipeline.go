@@ -13,7 +13,6 @@ import (
 	"github.com/svc-pf/svc-pf/internal/resolver/cache"
 	"github.com/svc-pf/svc-pf/internal/resolver/stats"
 	"github.com/svc-pf/svc-pf/internal/rpz"
-	"github.com/svc-pf/svc-pf/internal/sessionindex"
 )
 
 // The order of a query's steps, and why (the entry, serve.go, runs the
@@ -36,7 +35,13 @@ import (
 //     policy, never by the subscriber.
 //  4. packet cache (question, DO, CD, EDNS, the policy's CacheKey): a hit
 //     is answered from wire bytes, id and case patched.
-//  5. debug: with dns.debug, a CHAOS TXT query answers the trace.
+//  5. debug: with dns.debug, a CHAOS TXT query answers the trace. A
+//     query for _dns.resolver.arpa gets the node's DDR answer (ddr.go).
+//     Then, until the node's policy data has loaded once (unready.go):
+//     with resolver.unready closed a SERVFAIL with EDE 14 "Not Ready";
+//     with open the steps below, on what has loaded, the answer counted
+//     and marked (ReasonUnready). The packet cache (step 4) is skipped
+//     meanwhile, both ways, so nothing answered then is kept.
 //  6. decide (policy.DecideInto) on the name: steps 1–7 of docs/policy.md's evaluation order
 //     need no answer; a block, a redirect or an RPZ action is answered
 //     here, without asking upstream.
@@ -44,7 +49,10 @@ import (
 //     by every policy class. A query type no resolver is asked for (zone
 //     transfers, TSIG, OPT, RRSIG, …) is SERVFAIL here, as PowerDNS
 //     answers it, without asking the forwarders: their REFUSED would make
-//     them rest for every client.
+//     them rest for every client. An expired record still within
+//     record_cache.serve_stale answers, with TTL 30 and EDE 3, when the
+//     forwarders fail or take more than 1.8 s (stale.go), and is not
+//     stored in the packet cache.
 //  8. the answer: when the name's decision was the default allow (not
 //     filtering off, an allowlist or an RPZ passthru: those let the whole
 //     answer through), the names of its CNAME chain are decided as query
@@ -70,6 +78,8 @@ import (
 type query struct {
 	req       *dns.Msg
 	client    netip.Addr
+	clientID  string // an encrypted transport's client id ("": none)
+	idBy      uint8  // how the session was found (clientid.go: idBySource …)
 	transport policy.Transport
 	start     time.Time
 	shard     *stats.Shard
@@ -87,6 +97,9 @@ type query struct {
 	// fromRecords: the record cache answered where the forwarders would
 	// have been asked.
 	fromRecords bool
+	// stale: the answer came from expired records (serve-stale, stale.go);
+	// the packet cache does not keep it.
+	stale bool
 	// head is the decision that shaped the reply (zero: none), which the
 	// packet cache keeps beside it.
 	head noteHead
@@ -113,10 +126,8 @@ func (r *Resolver) resolve(ctx context.Context, q *query) *dns.Msg {
 	v := r.engine.View()
 	p := q.policy
 	if p == nil {
-		var s sessionindex.Entry
-		var ok bool
-		p, s, ok = r.engine.PolicyFor(&v, q.client)
-		q.policy, q.sess = p, found{s: s, ok: ok, known: true}
+		p = r.identify(&v, q) // clientid.go: the client id, else the source address
+		q.policy = p
 	}
 
 	// 5. debug
@@ -128,6 +139,22 @@ func (r *Resolver) resolve(ctx context.Context, q *query) *dns.Msg {
 	}
 	if qs.Qclass != dns.ClassINET {
 		return errorReply(req, dns.RcodeNotImplemented)
+	}
+	if strings.EqualFold(qs.Name, ddrName) {
+		return r.ddrReply(req) // ddr.go: the node's own answer, for every client
+	}
+
+	// Not ready (unready.go): SERVFAIL, or an answer from what has
+	// loaded, marked. Once ready, one atomic load.
+	if !r.ready.Load() {
+		if why := r.Waiting(); why != "" {
+			r.unready.count(why)
+			if r.unready.closed {
+				q.markUnready()
+				return notReadyReply(req, why)
+			}
+			defer q.markUnready() // after q.decided, deferred below
+		}
 	}
 
 	// 6. decide on the name
@@ -240,11 +267,14 @@ func (r *Resolver) forward(ctx context.Context, req *dns.Msg, q *query, chain []
 	}
 	opt := req.IsEdns0()
 	do := opt != nil && opt.Do()
-	key := cache.RecordKey{Name: qs.Name, Type: qs.Qtype, Class: qs.Qclass, DO: do}
+	key := cache.RecordKey{Name: qs.Name, Type: qs.Qtype, Class: qs.Qclass, DO: do, CD: req.CheckingDisabled, AD: req.AuthenticatedData}
 	now := r.now()
 	if ra, ok := r.records.Get(key, now); ok {
 		q.shard.Inc(stats.CacheHits)
 		q.fromRecords = true
+		if ra.Refresh {
+			r.refresh(key, reasonPrefetch)
+		}
 		m := new(dns.Msg)
 		m.SetReply(req)
 		m.Rcode, m.AuthenticatedData = ra.Rcode, ra.AuthenticatedData
@@ -254,20 +284,30 @@ func (r *Resolver) forward(ctx context.Context, req *dns.Msg, q *query, chain []
 		return m, chain
 	}
 	q.shard.Inc(stats.CacheMisses)
-	up, err := r.up.Exchange(ctx, req)
+	// Serve-stale (stale.go): expired records to fall back on shorten the
+	// wait for the forwarders, and answer when they fail.
+	sa, haveStale := r.records.GetStale(key, now)
+	if haveStale && sa.Failing {
+		return r.staleReply(req, q, sa, chain)
+	}
+	up, err := r.exchangeOrStale(ctx, req, key, sa, haveStale)
 	if err != nil {
-		r.log.Debug("forwarders failed", "name", qs.Name, "type", dns.TypeToString[qs.Qtype], "err", err)
+		r.log.Debug("forwarders failed", "name", qs.Name, "type", dns.TypeToString[qs.Qtype], "err", err, "stale", haveStale)
+		if m, ok := bogusReply(req, err); ok {
+			// A bogus answer is never replaced by stale records: the
+			// zone's data may be what an attacker forged.
+			return m, chain
+		}
+		if haveStale {
+			return r.staleReply(req, q, sa, chain)
+		}
 		return errorReply(req, dns.RcodeServerFailure), chain
 	}
-	cache.EscapeOctets(up.Answer, up.Ns, up.Extra) // packed again, the forwarder's bytes
 	base := len(chain)
-	chain, ok := answerChain(qs.Name, up.Answer, chain)
+	chain, ok := r.accept(qs, up, chain)
 	if !ok {
-		r.log.Debug("CNAME chain too long or looping", "name", qs.Name, "type", dns.TypeToString[qs.Qtype])
 		return errorReply(req, dns.RcodeServerFailure), chain[:base]
 	}
-	scrub(up, qs.Name, qs.Qtype, chain[base:])
-	r.records.ClampTTLs(up) // what a hit of the record cache would say
 	_, _ = r.records.Put(key, up, now)
 	// The forwarder's message becomes the reply (Exchange returns a new
 	// one, never shared, and Put copies what it keeps): its header is
@@ -280,6 +320,23 @@ func (r *Resolver) forward(ctx context.Context, req *dns.Msg, q *query, chain []
 	up.Question = req.Question[:1:1]
 	up.Compress = false // the glue and RRSIGs scrub left pass through; the OPT is ours
 	return up, chain
+}
+
+// accept makes a forwarder's answer to qs what the record cache keeps and
+// the client gets: its escapes kept, its CNAME chain (appended to chain,
+// false when too long or looping) bounded, scrubbed to the question's
+// bailiwick, its TTLs clamped as a record-cache hit would say them.
+func (r *Resolver) accept(qs dns.Question, up *dns.Msg, chain []string) ([]string, bool) {
+	cache.EscapeOctets(up.Answer, up.Ns, up.Extra) // packed again, the forwarder's bytes
+	base := len(chain)
+	chain, ok := answerChain(qs.Name, up.Answer, chain)
+	if !ok {
+		r.log.Debug("CNAME chain too long or looping", "name", qs.Name, "type", dns.TypeToString[qs.Qtype])
+		return chain, false
+	}
+	scrub(up, qs.Name, qs.Qtype, chain[base:])
+	r.records.ClampTTLs(up) // what a hit of the record cache would say
+	return chain, true
 }
 
 // deadlineOnly is a context that is never cancelled (Done is nil, Err is

@@ -7,7 +7,8 @@
 // dnswire (parse) → client address → policy.Engine (subscriber index →
 // settings → compiled policy) → cache.Packet keyed by (question, policy
 // cache key) → on a miss the pipeline (pipeline.go: the order of a
-// query's steps and why) → upstream → cache.Record → the verdict applied
+// query's steps and why) → upstream (forward mode) or recursor (recursive
+// mode; mode.go) → cache.Record → the verdict applied
 // → the client, and the Observer. It counts into resolver/stats, which
 // resolver/api (the PowerDNS-compatible statistics API) and /metrics read. miekg/dns types stay inside
 // this package and its subpackages.
@@ -24,10 +25,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/svc-pf/svc-pf/internal/policy"
 	"github.com/svc-pf/svc-pf/internal/resolver/cache"
+	"github.com/svc-pf/svc-pf/internal/resolver/recursor"
 	"github.com/svc-pf/svc-pf/internal/resolver/stats"
 	"github.com/svc-pf/svc-pf/internal/resolver/upstream"
 )
@@ -45,8 +48,25 @@ type Config struct {
 	// MaxUDPBatch; 1: a system call per packet). Each slot holds a 4 KiB
 	// query buffer and a reply buffer.
 	UDPBatch int
-	// Forwarders answer what the policy allows.
+	// Mode is how a record-cache miss is answered: ModeForward (the zero
+	// value) asks Forwarders, ModeRecursive resolves from the root with
+	// the recursor configured by Recursor.
+	Mode Mode
+	// Recursor configures the recursor in ModeRecursive (its Metrics and
+	// Registerer are set from this Config); ignored in ModeForward.
+	Recursor recursor.Config
+	// Forwarders answer what the policy allows (ModeForward; required
+	// there).
 	Forwarders []netip.AddrPort
+	// ForwarderStrategy is the order they are asked in (forwarder_strategy):
+	// upstream.StrategyFastest (the zero value) or StrategyOrdered.
+	ForwarderStrategy upstream.Strategy
+	// ForwardZones send the names at and under chosen zones to chosen
+	// servers instead of Forwarders, in ModeForward (forwardzones.go: the
+	// longest zone wins; Recurse: recursive resolvers asked with RD, else
+	// the zone's authorities, asked without). In ModeRecursive forward
+	// zones are Recursor.ForwardZones, and this must be empty.
+	ForwardZones []recursor.ForwardZone
 	// AllowFrom are the client networks served; others are refused and
 	// counted (unauthorized-udp / unauthorized-tcp). Default: loopback and
 	// the private ranges.
@@ -72,6 +92,8 @@ type Config struct {
 	// for this long while none of its queries is being answered, or a
 	// reply cannot be written within it (default 10s).
 	TCPIdleTimeout time.Duration
+	// Encrypted configures DoT and DoH (encrypted.go); off by default.
+	Encrypted EncryptedConfig
 	// BlockTTL is the TTL of synthesised block answers and their SOA
 	// (default 60s).
 	BlockTTL time.Duration
@@ -94,6 +116,13 @@ type Config struct {
 	// Registerer gets the PowerDNS-named statistics (pdns_recursor_*).
 	Registerer prometheus.Registerer
 	Clock      func() time.Time
+
+	// Waiting names the first part of the policy data not loaded yet
+	// ("" once all has loaded, and from then on: node.Node.Waiting);
+	// Unready says what is answered meanwhile (unready.go). nil: ready
+	// from the start.
+	Waiting func() string
+	Unready UnreadyMode
 }
 
 // UDPBatch's default and bound. 32 datagrams cover what a busy socket
@@ -150,15 +179,30 @@ type Resolver struct {
 	engine   *policy.Engine
 	obs      Observer // Config.Observer; nil: none
 	stats    *stats.Counters
-	up       *upstream.Client
+	up       *upstream.Client   // the forwarder client; nil in ModeRecursive
+	router   *forwardRouter     // up and the forward zones' clients; nil in ModeRecursive
+	zonesMu  sync.Mutex         // serialises SetUpstream
+	rec      *recursor.Recursor // the recursor; nil in ModeForward
+	miss     exchanger          // up or rec: what a record-cache miss asks
 	packets  *cache.Packet
 	records  *cache.Record
 	log      *slog.Logger
 	now      func() time.Time
 	udp      []*udpSocket
 	tcp      []*tcpServer
-	inflight *inFlight // the slow path's slots, per client and in all
-	shardSeq atomic.Uint32
+	dot      []*tcpServer // DoT: the TCP adapter under TLS (encrypted.go)
+	acme     *acmeStore   // dns.tls.acme (acme.go); nil: certificate files
+	doh      []*dohServer
+	doq      []*doqServer
+	doh3     []*doh3Server // dns.doh3 (doh3.go)
+	ddr      []dns.RR      // the SVCB answer for _dns.resolver.arpa (ddr.go); nil: none
+	inflight *inFlight     // the slow path's slots, per client and in all
+	// refresher runs prefetches and refreshes after stale answers, and
+	// counts them (stale.go).
+	refresher *refresher
+	shardSeq  atomic.Uint32
+	// the DoT and DoH handshakes that did not complete (tlshandshake.go)
+	dotHandshakes, dohHandshakes handshakeCounts
 	// decisions recycles the slow path's *decideScratch (pipeline.go).
 	decisions sync.Pool
 	// replyBufs recycles the UDP slow path's reply buffers and senders
@@ -166,6 +210,12 @@ type Resolver struct {
 	replyBufs sync.Pool
 	gen       uint64 // the last Generation seen; the sweeper's
 	wg        sync.WaitGroup
+	// allowFrom is allow_from in force (reload.go: SetAllowFrom).
+	allowFrom atomic.Pointer[[]netip.Prefix]
+
+	// ready is set once Config.Waiting said nothing is missing (unready.go).
+	ready   atomic.Bool
+	unready unreadyGate
 }
 
 // New validates cfg, builds the caches, statistics and the forwarder
@@ -177,8 +227,17 @@ func New(cfg Config) (*Resolver, error) {
 	if len(cfg.Listen) == 0 {
 		return nil, errors.New("dns.listen: at least one address is required")
 	}
-	if len(cfg.Forwarders) == 0 {
-		return nil, errors.New("forwarders: at least one forwarder (ip:port) is required")
+	switch cfg.Mode {
+	case ModeForward:
+		if len(cfg.Forwarders) == 0 {
+			return nil, errors.New("forwarders: at least one forwarder (ip:port) is required")
+		}
+	case ModeRecursive:
+		if len(cfg.ForwardZones) > 0 {
+			return nil, errors.New("resolver: in recursive mode forward zones are Recursor.ForwardZones")
+		}
+	default:
+		return nil, fmt.Errorf("resolver: mode %d is not forward or recursive", cfg.Mode)
 	}
 	if cfg.UDPSockets <= 0 {
 		cfg.UDPSockets = DefaultUDPSockets(runtime.GOMAXPROCS(0))
@@ -207,6 +266,9 @@ func New(cfg Config) (*Resolver, error) {
 	if cfg.TCPIdleTimeout <= 0 {
 		cfg.TCPIdleTimeout = 10 * time.Second
 	}
+	if err := cfg.Encrypted.validate(); err != nil {
+		return nil, err
+	}
 	if cfg.BlockTTL <= 0 {
 		cfg.BlockTTL = time.Minute
 	}
@@ -223,11 +285,17 @@ func New(cfg Config) (*Resolver, error) {
 		return nil, err
 	}
 	r := &Resolver{cfg: cfg, engine: cfg.Engine, obs: cfg.Observer, log: cfg.Logger, now: cfg.Clock,
-		inflight: newInFlight(maxSlowInFlight, cfg.ClientMaxInFlight)}
+		inflight: newInFlight(maxSlowInFlight, cfg.ClientMaxInFlight), refresher: newRefresher()}
+	r.allowFrom.Store(&cfg.AllowFrom)
 	r.decisions.New = newDecideScratch
+	if err := r.initUnready(cfg); err != nil {
+		return nil, err
+	}
 	r.replyBufs.New = newReplyScratch
 	var err error
-	if r.packets, err = cache.NewPacket(cfg.Cache.Packet); err != nil {
+	pcfg := cfg.Cache.Packet
+	pcfg.Prefetch = cfg.Cache.Record.Prefetch // a packet-cache hit counts towards its record's prefetch
+	if r.packets, err = cache.NewPacket(pcfg); err != nil {
 		return nil, err
 	}
 	if r.records, err = cache.NewRecord(cfg.Cache.Record); err != nil {
@@ -238,17 +306,44 @@ func New(cfg Config) (*Resolver, error) {
 		CacheEntries:       func() uint64 { s := r.records.Stats(); return uint64(max(s.Entries, 0)) },
 		NegCacheEntries:    func() uint64 { s := r.records.Stats(); return uint64(max(s.NegEntries, 0)) },
 		PacketCacheEntries: func() uint64 { s := r.packets.Stats(); return uint64(max(s.Entries, 0)) },
+		Recursive:          r.recursiveStat,
 	})
 	if err != nil {
 		return nil, err
 	}
-	ucfg := cfg.Upstream
-	ucfg.Forwarders = cfg.Forwarders
-	ucfg.Metrics = r.stats.Shard(0)
-	if r.up, err = upstream.New(ucfg); err != nil {
-		return nil, fmt.Errorf("forwarders: %w", err)
+	if cfg.Mode == ModeRecursive {
+		rcfg := cfg.Recursor
+		rcfg.Metrics = r.stats.Shard(0)
+		rcfg.Registerer = cfg.Registerer
+		if r.rec, err = recursor.New(rcfg); err != nil {
+			return nil, err
+		}
+		r.miss = r.rec
+	} else {
+		ucfg := cfg.Upstream
+		ucfg.Forwarders = cfg.Forwarders
+		ucfg.Strategy = cfg.ForwarderStrategy
+		ucfg.Metrics = r.stats.Shard(0)
+		if r.up, err = upstream.New(ucfg); err != nil {
+			return nil, fmt.Errorf("forwarders: %w", err)
+		}
+		if err := r.initZones(cfg.ForwardZones); err != nil {
+			r.Close()
+			return nil, err
+		}
+		r.miss = r.router
+	}
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(newResilienceCollector(r)); err != nil {
+			r.Close()
+			return nil, fmt.Errorf("resolver: registering the upstream metrics: %w", err)
+		}
 	}
 	if err := r.listen(); err != nil {
+		r.Close()
+		return nil, err
+	}
+	if err := r.listenEncrypted(); err != nil {
 		r.Close()
 		return nil, err
 	}
@@ -268,11 +363,31 @@ func (r *Resolver) UDPAddrs() []netip.AddrPort {
 	return out
 }
 
-// TCPAddrs is TCPAddrs' TCP twin.
-func (r *Resolver) TCPAddrs() []netip.AddrPort {
+// TCPAddrs is UDPAddrs' TCP twin.
+func (r *Resolver) TCPAddrs() []netip.AddrPort { return addrsOf(r.tcp) }
+
+// DoTAddrs, DoHAddrs and DoQAddrs are the bound encrypted addresses, in
+// dns.dot, dns.doh and dns.doq order (DoQ's are UDP addresses).
+func (r *Resolver) DoTAddrs() []netip.AddrPort { return addrsOf(r.dot) }
+
+// DoHAddrs: see DoTAddrs.
+func (r *Resolver) DoHAddrs() []netip.AddrPort { return addrsOf(r.doh) }
+
+// DoQAddrs: see DoTAddrs.
+func (r *Resolver) DoQAddrs() []netip.AddrPort { return addrsOf(r.doq) }
+
+// bound is a listener that knows its address.
+type bound interface{ boundAddr() netip.AddrPort }
+
+func (t *tcpServer) boundAddr() netip.AddrPort { return t.addr }
+func (d *dohServer) boundAddr() netip.AddrPort { return d.addr }
+func (d *doqServer) boundAddr() netip.AddrPort { return d.addr }
+
+// addrsOf are the addresses of listeners, in their order.
+func addrsOf[L bound](ls []L) []netip.AddrPort {
 	var out []netip.AddrPort
-	for _, t := range r.tcp {
-		out = append(out, t.addr)
+	for _, l := range ls {
+		out = append(out, l.boundAddr())
 	}
 	return out
 }
@@ -285,6 +400,18 @@ func (r *Resolver) Run(ctx context.Context) error {
 	}
 	for _, t := range r.tcp {
 		r.wg.Go(t.serve)
+	}
+	for _, t := range r.dot {
+		r.wg.Go(t.serve)
+	}
+	for _, d := range r.doh {
+		r.wg.Go(d.serve)
+	}
+	for _, d := range r.doq {
+		r.wg.Go(d.serve)
+	}
+	for _, d := range r.doh3 {
+		r.wg.Go(d.serve)
 	}
 	r.wg.Go(func() { r.housekeeping(ctx) })
 	<-ctx.Done()
@@ -301,15 +428,34 @@ func (r *Resolver) Close() {
 	for _, s := range r.udp {
 		s.close()
 	}
-	for _, t := range r.tcp {
+	streams := append(append([]*tcpServer(nil), r.tcp...), r.dot...)
+	for _, t := range streams {
 		t.stop()
 	}
 	deadline := time.Now().Add(tcpShutdownGrace)
-	for _, t := range r.tcp {
+	var wg sync.WaitGroup
+	for _, d := range r.doh {
+		wg.Go(func() { d.stop(deadline) })
+	}
+	for _, d := range r.doq {
+		wg.Go(func() { d.stop(deadline) })
+	}
+	for _, d := range r.doh3 {
+		wg.Go(func() { d.stop(deadline) })
+	}
+	for _, t := range streams {
 		t.drain(deadline)
+	}
+	wg.Wait()
+	if r.acme != nil {
+		r.acme.close()
 	}
 	if r.up != nil {
 		_ = r.up.Close()
+	}
+	r.closeZones()
+	if r.rec != nil {
+		_ = r.rec.Close()
 	}
 }
 
@@ -338,15 +484,4 @@ func (r *Resolver) housekeeping(ctx context.Context) {
 			r.records.Sweep(now)
 		}
 	}
-}
-
-// allowed reports whether a client may ask (allow_from).
-func (r *Resolver) allowed(a netip.Addr) bool {
-	a = a.Unmap()
-	for _, p := range r.cfg.AllowFrom {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
 }

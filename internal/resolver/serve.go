@@ -16,8 +16,8 @@ import (
 	"github.com/svc-pf/svc-pf/internal/sessionindex"
 )
 
-// The one entry for every transport. A transport adapter (udp.go, tcp.go;
-// DoT, DoH and DoQ to come) owns its sockets: reading, framing, writing,
+// The one entry for every transport. A transport adapter (udp.go, tcp.go,
+// which DoT also runs on; doh.go, doq.go) owns its sockets: reading, framing, writing,
 // its own bounds. Everything a query goes through once it is read is
 // here, the same for every transport: allow_from, parsing, counting,
 // BADVERS and FORMERR, the packet cache, the slow path's slots, the
@@ -42,6 +42,24 @@ type request struct {
 	// slow path may keep; otherwise the adapter reuses it (a UDP batch
 	// slot) and the slow path gets a copy.
 	owned bool
+	// inline: the adapter's goroutine is this query's own and waits for
+	// its answer anyway (a DoH request's handler, a DoQ stream's): the
+	// slow path runs on it, and serve returns outPending once the
+	// replier has the answer. A goroutine of its own, started and waited
+	// for, was a third of a DoH cache hit's CPU (bench/encrypted.sh).
+	inline bool
+	// inlineHit: as inline, but only when the record cache holds the
+	// answer (heldAnswer): the adapter's goroutine reads other queries
+	// too (an HTTP/2 connection's reader) and must not wait for the
+	// forwarders, while a goroutine of its own for an answer at hand
+	// (started, its stack grown, its reply written alone) was most of
+	// what a DoH record-cache hit cost besides HTTP/2.
+	inlineHit bool
+	// held is the replier of a slow path run inline, when it is not the
+	// one serve is given (nil: that one): a stream's reader queues the
+	// answers it builds itself and writes those ready together at once,
+	// while a miss's goroutine writes its own.
+	held replier
 }
 
 // outcome is what an adapter does after front.serve.
@@ -107,7 +125,8 @@ func newFront(r *Resolver, shard *stats.Shard, reader *cache.PacketReader, memo 
 // index in the batch the memo's lookAhead prepared). A reply answered
 // here (a packet-cache hit, FORMERR, NOTIMP, BADVERS, a stream's refusal
 // for capacity) is appended to dst and returned with outReply; a miss
-// takes a slow-path slot and goes to a goroutine of its own (outPending);
+// takes a slow-path slot and goes to a goroutine of its own, or runs on
+// the caller's with rq.inline (outPending);
 // the rest is outClose. A packet-cache hit allocates nothing.
 func (f *front) serve(w replier, rq *request, v *policy.View, i int, dst []byte) ([]byte, outcome) {
 	r, sh, q := f.r, f.shard, &f.q
@@ -156,10 +175,16 @@ func (f *front) serve(w replier, rq *request, v *policy.View, i int, dst []byte)
 	// without an observer included: the slow path's goroutine captures it).
 	var sess found
 	keyed := false
-	if f.reader != nil {
+	// While the policy data has not loaded (unready.go) the packet cache
+	// is neither read nor written: what is answered then must not outlive
+	// it. Once ready this is one atomic load.
+	if f.reader != nil && r.ready.Load() {
 		p, sess = f.memo.policyFor(r.engine, v, client, i)
 		if keyed = f.key.SetQuery(q, p.CacheKey()); keyed {
-			ans, note, ok := f.reader.Get(&f.key, q.RawName(), rq.start, dst)
+			ans, note, ok, refresh := f.reader.GetRefresh(&f.key, q.RawName(), rq.start, dst)
+			if refresh {
+				r.prefetchQuery(q) // stale.go: due for a background refresh
+			}
 			if ok && (!rq.transport.Datagram() || len(ans) <= q.EDNS.MaxUDP()) {
 				dnswire.PatchHeader(ans, q)
 				sh.PacketCacheHit(int(ans[3] & 0x0f))
@@ -209,14 +234,45 @@ func (f *front) serve(w replier, rq *request, v *policy.View, i int, dst []byte)
 			pkt = f.key.Append(pkt)
 		}
 	}
-	t, from, start, cached := rq.transport, rq.from, rq.start, f.reader != nil
+	t, from, start, cached, id := rq.transport, rq.from, rq.start, f.reader != nil, rq.clientID
+	if rq.inline || rq.inlineHit && f.heldAnswer(q) {
+		if rq.held != nil {
+			w = rq.held
+		}
+		func() {
+			// deferred: net/http recovers a handler's panic, and the
+			// slot must come back then too
+			defer w.done()
+			defer r.inflight.release(ck)
+			r.slowPath(w, sh, t, pkt[:n:n], pkt[n:], from, client, p, sess, start, cached, id)
+		}()
+		return nil, outPending
+	}
 	go func() {
 		defer w.done()
 		defer r.inflight.release(clientKey{addr: client})
-		growStack(n)
-		r.slowPath(w, sh, t, pkt[:n:n], pkt[n:], from, client, p, sess, start, cached)
+		if r.rec != nil {
+			growRecursiveStack(n)
+		} else {
+			growStack(n)
+		}
+		r.slowPath(w, sh, t, pkt[:n:n], pkt[n:], from, client, p, sess, start, cached, id)
 	}()
 	return nil, outPending
+}
+
+// heldAnswer reports whether the record cache holds a fresh answer to q
+// (the slow path will not ask the forwarders for it, but for a block's
+// CNAME target, rarely). The name's text goes to f.obs.name, the
+// front's scratch, looked up without a copy.
+func (f *front) heldAnswer(q *dnswire.Query) bool {
+	if !q.HasQuestion() || q.QClass != dns.ClassINET {
+		return false
+	}
+	f.obs.name = dnswire.AppendNameText(f.obs.name[:0], q.Name())
+	k := cache.RecordKey{Name: unsafe.String(unsafe.SliceData(f.obs.name), len(f.obs.name)), Type: q.QType, Class: q.QClass,
+		DO: q.EDNS.Present && q.EDNS.DO}
+	return f.r.records.Holds(k, f.r.now())
 }
 
 // unauthorized is the counter of a query refused by allow_from.
@@ -234,17 +290,18 @@ func unauthorized(t policy.Transport) stats.Counter {
 // key holds the packet-cache key's bytes (cache.PacketKey.Append), empty
 // when the query has none. p is the client's policy when serve found it
 // (then the reply is decided by the policy it is stored under), else nil;
-// sess its session, when serve found it with p.
+// sess its session, when serve found it with p. clientID is the
+// request's (an encrypted transport's; "" otherwise).
 func (r *Resolver) slowPath(w replier, sh *stats.Shard, t policy.Transport, pkt, key []byte, from netip.AddrPort,
-	client netip.Addr, p *policy.Policy, sess found, start time.Time, cached bool) {
+	client netip.Addr, p *policy.Policy, sess found, start time.Time, cached bool, clientID string) {
 	sh.Inc(stats.ConcurrentQueries)
 	defer sh.Dec(stats.ConcurrentQueries)
 	req := unpackQuery(pkt, sh)
 	if req == nil {
-		r.formErr(w, sh, t, pkt, from, start)
+		r.formErr(w, sh, t, pkt, from, start, clientID)
 		return
 	}
-	q := &query{req: req, client: client, transport: t, start: start, shard: sh, policy: p, sess: sess}
+	q := &query{req: req, client: client, clientID: clientID, transport: t, start: start, shard: sh, policy: p, sess: sess}
 	var ob *slowObs
 	if r.obs != nil {
 		ob = newSlowObs(q)
@@ -272,7 +329,7 @@ func (r *Resolver) slowPath(w replier, sh *stats.Shard, t policy.Transport, pkt,
 	if cached && q.policy != nil && q.policy.HasSchedules() {
 		clampToMinute(wire, r.now())
 	}
-	if len(key) > 0 && cacheable(req, reply) {
+	if len(key) > 0 && !q.stale && cacheable(req, reply) {
 		r.storePacket(key, wire, ob, q.head)
 	}
 	_ = w.send(sc, wire, from)
@@ -288,7 +345,8 @@ func (r *Resolver) slowPath(w replier, sh *stats.Shard, t policy.Transport, pkt,
 // slowPath's frame, which every miss's stack holds.
 //
 //go:noinline
-func (r *Resolver) formErr(w replier, sh *stats.Shard, t policy.Transport, pkt []byte, from netip.AddrPort, start time.Time) {
+func (r *Resolver) formErr(w replier, sh *stats.Shard, t policy.Transport, pkt []byte, from netip.AddrPort, start time.Time,
+	clientID string) {
 	sc := r.replyBufs.Get().(*replyScratch)
 	defer r.replyBufs.Put(sc)
 	wire := appendFormErr(sc.buf[:0], pkt)
@@ -298,7 +356,7 @@ func (r *Resolver) formErr(w replier, sh *stats.Shard, t policy.Transport, pkt [
 	if r.obs != nil {
 		var dq dnswire.Query
 		_ = dq.Parse(pkt)
-		ev := &Answered{Type: dq.QType, Transport: t, Client: from, Rcode: dnswire.RcodeFormatError, At: at,
+		ev := &Answered{Type: dq.QType, Transport: t, Client: from, ClientID: clientID, Rcode: dnswire.RcodeFormatError, At: at,
 			Took: at.Sub(start), Reply: wire}
 		if dq.HasQuestion() {
 			ev.Name = string(dnswire.AppendNameText(nil, dq.Name()))
@@ -353,7 +411,7 @@ func (r *Resolver) observeSlow(ob *slowObs, q *query, from netip.AddrPort, rcode
 	ev := &ob.ev
 	qs := q.req.Question[0]
 	ev.Name, ev.Type = strings.ToLower(qs.Name), qs.Qtype
-	ev.Transport, ev.Client, ev.Rcode = q.transport, from, rcode
+	ev.Transport, ev.Client, ev.ClientID, ev.Rcode = q.transport, from, q.clientID, rcode
 	if q.fromRecords {
 		ev.Cached = CachedRecord
 	}
@@ -422,7 +480,8 @@ func subscriberOf(v *policy.View, client netip.Addr) Subscriber {
 }
 
 func subscriberFrom(s sessionindex.Entry) Subscriber {
-	return Subscriber{Org: s.Org(), SessionID: s.ID(), Username: s.Username(), DeviceID: s.DeviceID(), Location: s.Location()}
+	return Subscriber{Org: s.Org(), SessionID: s.ID(), Username: s.Username(), DeviceID: s.DeviceID(), Location: s.Location(),
+		Handle: s.Slot() + 1}
 }
 
 // countParseError counts a packet dnswire refused as PowerDNS does: a

@@ -87,6 +87,11 @@ func New(cfg Config) (*Set, error) {
 	if err != nil {
 		return nil, err
 	}
+	return buildSet(cfg, m), nil
+}
+
+// buildSet builds and loads a Set over validated, defaulted cfg.
+func buildSet(cfg Config, m *metrics) *Set {
 	s := &Set{cfg: cfg, log: cfg.Logger.With("component", "rpz"), m: m}
 	snap := &Snapshot{zones: make([]*Zone, len(cfg.Zones))}
 	for i, zc := range cfg.Zones {
@@ -101,7 +106,7 @@ func New(cfg Config) (*Set, error) {
 	for _, zs := range s.zones {
 		s.check(zs)
 	}
-	return s, nil
+	return s
 }
 
 // Snapshot returns the current zones: one state for a whole decision.

@@ -35,10 +35,39 @@ type Session struct {
 	// identity.
 	TraceID string `json:"trace_id,omitempty"`
 	// OpaqueID is a producer-chosen reference; immutable once set.
-	OpaqueID  string    `json:"opaque_id,omitempty"`
+	OpaqueID string `json:"opaque_id,omitempty"`
+	// Producer names the writer that owns the session: "" for the
+	// orgmanager's deploys (every session written before producers
+	// existed), ProducerRADIUS for RADIUS accounting. A producer's writes
+	// and cleans never touch another producer's sessions.
+	Producer  string    `json:"producer,omitempty"`
 	UpdatedAt time.Time `json:"updated_at"`
 	// ExpiresAt, when set, is when the IP Mapper's sweeper removes the session.
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+}
+
+// ProducerRADIUS owns the sessions RADIUS accounting writes.
+const ProducerRADIUS = "radius"
+
+// maxProducerLen bounds a producer name: it names a service, not data.
+const maxProducerLen = 32
+
+// ValidProducer reports whether p is a producer name: "" (the orgmanager)
+// or 1 to 32 of [a-z0-9-] starting with a letter.
+func ValidProducer(p string) bool {
+	if len(p) > maxProducerLen {
+		return false
+	}
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		switch {
+		case c >= 'a' && c <= 'z':
+		case (c >= '0' && c <= '9' || c == '-') && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // Identity is the subscriber the session names.
@@ -89,6 +118,8 @@ func (s *Session) Validate() error {
 		return fmt.Errorf("invalid session id %q", s.ID)
 	case s.Org == "":
 		return errors.New("session org is required")
+	case !ValidProducer(s.Producer):
+		return fmt.Errorf("invalid producer %q: use 1 to 32 of a-z, 0-9 and -, starting with a letter", s.Producer)
 	}
 	for _, p := range s.Allocations {
 		if !p.IsValid() {
@@ -113,8 +144,11 @@ func (s *Session) Validate() error {
 // valid (Validate) and carry key as its ID, since deletes address it by key.
 func Decode(key string, value []byte) (*Session, error) {
 	var s Session
-	if err := json.Unmarshal(value, &s); err != nil {
-		return nil, fmt.Errorf("decode session: %w", err)
+	if !decodeCanonical(value, &s) {
+		s = Session{}
+		if err := json.Unmarshal(value, &s); err != nil {
+			return nil, fmt.Errorf("decode session: %w", err)
+		}
 	}
 	if s.ID != key {
 		return nil, fmt.Errorf("session id %q does not match its key %q", s.ID, key)

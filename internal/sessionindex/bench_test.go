@@ -169,15 +169,22 @@ func BenchmarkMemory1M(b *testing.B) {
 	for _, c := range []struct {
 		d     spread
 		heavy bool
-	}{{realistic, false}, {uniform, false}, {realistic, true}} {
+		prod  string // every session's producer
+	}{{realistic, false, ""}, {uniform, false, ""}, {realistic, true, ""}, {realistic, false, session.ProducerRADIUS}} {
 		name := c.d.String()
 		if c.heavy {
 			name += "+trace+opaque"
+		}
+		if c.prod != "" {
+			name += "+producer"
 		}
 		b.Run(name, func(b *testing.B) {
 			for b.Loop() {
 				l0, u0 := heap()
 				ss := benchSessions(1_000_000, c.d, c.heavy)
+				for _, s := range ss {
+					s.Producer = c.prod
+				}
 				l1, _ := heap()
 				bl := NewBuilder(len(ss))
 				for _, s := range ss {

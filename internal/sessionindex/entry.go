@@ -50,9 +50,24 @@ type entry struct {
 	hi    uint64          // the first allocation's routing key (pkey.hi, lo; pfx)
 	lo    uint64
 	rest  uint32 // offset of the record in chunkSide.rest
-	ext   uint16 // chunkSide.ext index + 1; 0 for none
+	ext   uint8  // chunkSide.ext index + 1; 0 for none (a side holds at most maxSideExt)
+	prod  uint8  // producer code: 0 for "", prodExt for ext.producer, else names.prods
 	rlen  uint16 // length of the record: trace_id | opaque_id, or with flagRestAll all five strings; then more allocations
 }
+
+// The producer costs no byte: entry.ext indexes a chunk side's extra
+// records, of which there are at most maxSideExt (a chunk has 64 entries;
+// slots.go's compact sizes the list), so its high byte was always zero and
+// is the producer's code now. Producers are services, not data: a handful
+// per index. The index's table of them (names.prods, append-only like the
+// intern table) gives codes 1 to prodExt-1; the empty producer (the
+// orgmanager's sessions, the common case) is code 0, and a producer past
+// the table's 254 codes goes, whole, to the extra record (code prodExt),
+// so that the encoding stays lossless whatever is stored.
+const (
+	prodExt    = 0xff
+	maxSideExt = chunkLen + 2
+)
 
 // inlineLen makes an entry 128 bytes (a chunk of 64 is 8 KiB, one size
 // class): a 32-character session id and 32 characters of username and
@@ -67,6 +82,7 @@ type extra struct {
 	upd    time.Time      // flagUpdExt
 	exp    time.Time      // flagExpExt
 	strs   [5]string      // flagBigStr: id, username, deviceid, trace_id, opaque_id
+	prod   string         // the producer when entry.prod is prodExt
 }
 
 const (
@@ -137,13 +153,19 @@ func decodePrefix(b []byte) netip.Prefix {
 	return netip.PrefixFrom(a, int(b[1])-1)
 }
 
-// makeEntry encodes s; intern gives the ids of its org and location. The
+// makeEntry encodes s; intern gives the ids of its org and location,
+// producer the code of its producer (prodExt when the table is full). The
 // entry's rest and ext are set when out is stored (mutation.store).
-func makeEntry(s *session.Session, intern func(string) uint32) (entry, outOfLine) {
+func makeEntry(s *session.Session, intern func(string) uint32, producer func(string) uint8) (entry, outOfLine) {
 	var out outOfLine
 	e := entry{org: intern(s.Org), rev: s.Revision}
 	if s.Location != "" {
 		e.loc = intern(s.Location)
+	}
+	if s.Producer != "" {
+		if e.prod = producer(s.Producer); e.prod == prodExt {
+			out.ensureExt().prod = s.Producer
+		}
 	}
 	strs := [5]string{s.ID, s.Username, s.DeviceID, s.TraceID, s.OpaqueID}
 	inline := len(s.ID) + len(s.Username) + len(s.DeviceID)
@@ -391,10 +413,21 @@ func containsKey(ks []pkey, k pkey) bool {
 // is held. Keep them for the time of a query; clone them (strings.Clone) to
 // keep them longer, or use Session.
 type Entry struct {
-	e  *entry
-	xs **chunkSide // the place of the side of e's chunk in its directory (published: never changes)
-	n  *names      // the snapshot's intern table
+	e    *entry
+	xs   **chunkSide // the place of the side of e's chunk in its directory (published: never changes)
+	n    *names      // the snapshot's intern table
+	slot uint32
 }
+
+// Slot is the entry's slot number in the index: small and dense (below
+// the most sessions the index has held), the same for a session from one
+// snapshot to the next while it lives, and reused for another session
+// once it is deleted. It lets a consumer keep per-session state in an
+// array instead of a table keyed by strings, as long as it tells a reused
+// slot from the session it saw (by the strings, or a hash of them). The
+// zero Entry's is 0, as is the first session's: the lookup's ok says
+// which.
+func (v Entry) Slot() uint32 { return v.slot }
 
 // side is the side of e's chunk: read only by the accessors that need it,
 // so that the others do not pay for it.
@@ -538,6 +571,18 @@ func (v Entry) Identity() identity.Identity {
 	return identity.Identity{Org: v.Org(), Attributes: identity.Attributes{Username: v.Username(), DeviceID: v.DeviceID(), Location: v.Location()}}
 }
 
+// Producer names the session's writer: "" for the orgmanager's sessions,
+// session.ProducerRADIUS for RADIUS accounting's.
+func (v Entry) Producer() string {
+	switch {
+	case v.e == nil || v.e.prod == 0:
+		return ""
+	case v.e.prod == prodExt:
+		return v.extra().prod
+	}
+	return v.n.prods[v.e.prod]
+}
+
 // TraceID is the observational trace id, or "".
 func (v Entry) TraceID() string {
 	if v.e == nil {
@@ -643,6 +688,7 @@ func (v Entry) Session() *session.Session {
 
 		TraceID:   strs[3],
 		OpaqueID:  strs[4],
+		Producer:  v.Producer(),
 		UpdatedAt: v.UpdatedAt(),
 	}
 	if t, ok := v.ExpiresAt(); ok {

@@ -3,6 +3,7 @@ package sessionindex
 import (
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"net/netip"
 	"reflect"
 	"strings"
@@ -23,7 +24,7 @@ func roundTripCases() []*session.Session {
 		ID: "0123456789abcdef0123456789abcdef", Org: "acme", Revision: 42,
 		Allocations: []netip.Prefix{pfx("10.0.0.0/24"), pfx("2001:db8::/64")},
 		Attributes:  identity.Attributes{Username: "alice", DeviceID: "mac:aa", Location: "hq"}, TraceID: "trace-1", OpaqueID: "ref-9",
-		UpdatedAt: utc, ExpiresAt: &exp,
+		Producer: session.ProducerRADIUS, UpdatedAt: utc, ExpiresAt: &exp,
 	}
 	many := make([]netip.Prefix, 40) // 20 distinct, each twice
 	for i := range many {
@@ -63,6 +64,10 @@ func roundTripCases() []*session.Session {
 		{ID: "y", Org: "o", TraceID: long[:0xffff], OpaqueID: "o"}, // over it
 		{ID: "hundreds", Org: "o", Allocations: hundreds, TraceID: "t"},
 		{ID: "strings-and-allocations-over-the-limit", Org: "o", TraceID: long[:0xffff-20], Allocations: []netip.Prefix{pfx("10.7.0.0/16"), pfx("10.8.0.0/16"), pfx("2001:db8:7::/48")}},
+		{ID: "radius-v4", Org: "o", Allocations: []netip.Prefix{pfx("100.64.0.1/32")}, Attributes: identity.Attributes{Username: "u1", DeviceID: "msisdn:447900000001"}, Producer: session.ProducerRADIUS},
+		{ID: "radius-v6", Org: "o", Allocations: []netip.Prefix{pfx("2001:db8:1:2::/64")}, Producer: "radius"},
+		{ID: "other-producer", Org: "o", Producer: "lab-sync"},
+		{ID: "odd-producer", Org: "o", Producer: "Not\x00Valid/but stored " + long[:300]}, // the index does not validate
 		{ID: "unicode-ünï", Org: "örg", Attributes: identity.Attributes{Username: "ü", DeviceID: "\x00\xff", Location: "📍"}, TraceID: "\u200b", OpaqueID: "\t"},
 	}
 }
@@ -133,9 +138,98 @@ func TestEntrySize(t *testing.T) {
 	}
 }
 
+// TestProducers checks the producer table: codes are per lineage and
+// append-only (a snapshot taken before a producer appeared still reads its
+// own), a producer past the table's codes goes to the extra record, and
+// every session comes back with its producer through Apply, a Builder and
+// replacements that change it.
+func TestProducers(t *testing.T) {
+	mk := func(i int, prod string) *session.Session {
+		return &session.Session{ID: fmt.Sprintf("s%d", i), Org: "o", Producer: prod,
+			Allocations: []netip.Prefix{netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}), 32)}}
+	}
+	var in []*session.Session
+	for i := range 600 { // 300 producers: more than the codes
+		prod := ""
+		if i%2 == 1 {
+			prod = fmt.Sprintf("p%d", i/2)
+		}
+		in = append(in, mk(i, prod))
+	}
+	// Odd first allocations need the extra record too: the producer shares it.
+	in[599].Allocations = []netip.Prefix{netip.PrefixFrom(netip.MustParseAddr("10.9.9.9"), 24)}
+	b := NewBuilder(0)
+	for _, s := range in {
+		b.Put(s)
+	}
+	applied := Empty()
+	for _, s := range in {
+		applied = applied.Apply([]*session.Session{s}, nil)
+	}
+	first := Empty().Apply(in[:3], nil)
+	later := first.Apply(in[3:], nil)
+	check := func(name string, ix *Index, want []*session.Session) {
+		t.Helper()
+		for _, s := range want {
+			e, ok := ix.Get(s.ID)
+			if !ok || e.Producer() != s.Producer || !reflect.DeepEqual(e.Session(), s) {
+				t.Fatalf("%s: %s: producer %q, session %+v; want %q", name, s.ID, e.Producer(), e.Session(), s.Producer)
+			}
+		}
+	}
+	check("builder", b.Index(), in)
+	check("apply one by one", applied, in)
+	check("later", later, in)
+	check("first, after later was derived", first, in[:3])
+	if n := len(later.names.prods); n != prodExt {
+		t.Errorf("producer table holds %d codes, want %d", n, prodExt)
+	}
+
+	// Replacing a session with another producer's, and back.
+	ix := later
+	for round, prod := range []string{"radius", "", "p1", "p300", ""} {
+		var ups []*session.Session
+		for _, s := range in {
+			c := *s
+			c.Producer = prod
+			ups = append(ups, &c)
+		}
+		ix = ix.Apply(ups, nil)
+		check(fmt.Sprintf("round %d", round), ix, ups)
+	}
+}
+
+// TestSideExtFits checks that a chunk side's extra records stay within
+// entry.ext's byte however often one edit replaces entries that have one.
+func TestSideExtFits(t *testing.T) {
+	b := NewBuilder(0)
+	odd := func(i, round int) *session.Session {
+		return &session.Session{ID: fmt.Sprintf("s%d", i), Org: "o", Revision: int64(round),
+			Allocations: []netip.Prefix{netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 0, 0, byte(i)}), 24)}} // host bits: extra record
+	}
+	for round := range 20 {
+		for i := range chunkLen {
+			b.Put(odd(i, round))
+		}
+	}
+	ix := b.Index()
+	for i := range chunkLen {
+		if e, ok := ix.Get(fmt.Sprintf("s%d", i)); !ok || !reflect.DeepEqual(e.Session(), odd(i, 19)) {
+			t.Fatalf("s%d: %+v", i, e.Session())
+		}
+	}
+	for _, d := range ix.slots.dirs {
+		for _, x := range d.sides {
+			if x != nil && cap(x.ext) > maxSideExt {
+				t.Fatalf("a side has room for %d extra records, more than %d", cap(x.ext), maxSideExt)
+			}
+		}
+	}
+}
+
 func TestZeroEntry(t *testing.T) {
 	var e Entry
-	if e.ID() != "" || e.Org() != "" || e.Username() != "" || e.DeviceID() != "" || e.Location() != "" ||
+	if e.ID() != "" || e.Org() != "" || e.Producer() != "" || e.Username() != "" || e.DeviceID() != "" || e.Location() != "" ||
 		e.TraceID() != "" || e.OpaqueID() != "" || e.Revision() != 0 || !e.UpdatedAt().IsZero() ||
 		e.Allocations() != nil || e.Session() != nil {
 		t.Fatal("zero Entry is not empty")
@@ -231,12 +325,12 @@ func TestLookupDoesNotAllocate(t *testing.T) {
 // FuzzEntryRoundTrip stores arbitrary sessions and checks they come back
 // unchanged and are found by id and by each valid allocation.
 func FuzzEntryRoundTrip(f *testing.F) {
-	f.Add("id", "org", "user", "dev", "loc", "trace", "opaque", int64(7), int64(1_700_000_000_000_000_000), int64(-5), true, []byte{4, 33, 10, 0, 0, 1})
-	f.Add("", "", "", "", "", "", "", int64(0), int64(0), int64(0), false, []byte{})
-	f.Add("x", "o", "", "", "", "", "", int64(-1), int64(1), int64(1), true, []byte{6, 129, 0x20, 1, 13, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0})
-	f.Fuzz(func(t *testing.T, id, org, user, dev, loc, trace, opaque string, rev, upd, exp int64, hasExp bool, raw []byte) {
+	f.Add("id", "org", "user", "dev", "loc", "trace", "opaque", "", int64(7), int64(1_700_000_000_000_000_000), int64(-5), true, []byte{4, 33, 10, 0, 0, 1})
+	f.Add("", "", "", "", "", "", "", "radius", int64(0), int64(0), int64(0), false, []byte{})
+	f.Add("x", "o", "", "", "", "", "", "p", int64(-1), int64(1), int64(1), true, []byte{6, 129, 0x20, 1, 13, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, id, org, user, dev, loc, trace, opaque, producer string, rev, upd, exp int64, hasExp bool, raw []byte) {
 		s := &session.Session{ID: id, Org: org, Revision: rev, Attributes: identity.Attributes{Username: user, DeviceID: dev, Location: loc},
-			TraceID: trace, OpaqueID: opaque, UpdatedAt: time.Unix(0, upd).UTC()}
+			TraceID: trace, OpaqueID: opaque, Producer: producer, UpdatedAt: time.Unix(0, upd).UTC()}
 		if hasExp {
 			e := time.Unix(0, exp).In(time.FixedZone("", int(exp%50000)))
 			s.ExpiresAt = &e

@@ -621,3 +621,44 @@ func TestConcurrentReadersAndWriter(t *testing.T) {
 	default:
 	}
 }
+
+// TestSlot: an entry's slot is the same however it is found and from one
+// snapshot to the next while its session lives (an update of it, of
+// others), distinct between live sessions, and below their count.
+func TestSlot(t *testing.T) {
+	ix := Empty().Apply([]*session.Session{
+		sess("a", "o", "ua", "", "10.0.0.1/32"),
+		sess("b", "o", "ub", "", "10.0.0.2/32"),
+		sess("c", "o", "uc", "", "10.0.0.3/32"),
+	}, nil)
+	slot := func(ix *Index, id, addr string) uint32 {
+		t.Helper()
+		g, ok1 := ix.Get(id)
+		l, ok2 := ix.LookupIP(netip.MustParseAddr(addr))
+		if !ok1 || !ok2 || g.Slot() != l.Slot() {
+			t.Fatalf("%s: Get and LookupIP give slots %d (%v) and %d (%v)", id, g.Slot(), ok1, l.Slot(), ok2)
+		}
+		for _, e := range ix.ByUsername("u" + id) {
+			if e.Slot() != g.Slot() {
+				t.Fatalf("%s: ByUsername gives slot %d, Get %d", id, e.Slot(), g.Slot())
+			}
+		}
+		return g.Slot()
+	}
+	a, b, c := slot(ix, "a", "10.0.0.1"), slot(ix, "b", "10.0.0.2"), slot(ix, "c", "10.0.0.3")
+	if a == b || b == c || a == c || max(a, b, c) >= 3 {
+		t.Fatalf("slots %d %d %d: want three distinct below 3", a, b, c)
+	}
+	seen := map[uint32]bool{}
+	ix.All(func(e Entry) bool { seen[e.Slot()] = true; return true })
+	if len(seen) != 3 || !seen[a] || !seen[b] || !seen[c] {
+		t.Errorf("All gives slots %v, want %d %d %d", seen, a, b, c)
+	}
+	ix2 := ix.Apply([]*session.Session{sess("b", "o", "ub", "dev", "10.0.0.2/32"), sess("d", "o", "ud", "", "10.0.0.4/32")}, []string{"c"})
+	if slot(ix2, "a", "10.0.0.1") != a || slot(ix2, "b", "10.0.0.2") != b {
+		t.Errorf("slots changed by an update")
+	}
+	if slot(ix, "c", "10.0.0.3") != c {
+		t.Errorf("the old snapshot's slot changed")
+	}
+}

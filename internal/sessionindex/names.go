@@ -28,7 +28,11 @@ type names struct {
 	lin    *lineage
 	strs   []string     // by id; id 0 is ""
 	byName htab[uint32] // strTag(name) → id, confirmed by the name
-	owner  *edit        // the edit that may change this value and append to strs in place
+	// prods are the producer names by code (entry.prod); code 0 is "".
+	// Append-only too, at most prodExt codes: a producer's code is stable
+	// within the lineage.
+	prods []string
+	owner *edit // the edit that may change this value and append to strs and prods in place
 }
 
 // lineage is the identity of the snapshots derived from one Empty() or one
@@ -37,7 +41,7 @@ type names struct {
 type lineage struct{ _ byte }
 
 func newNames() *names {
-	return &names{lin: new(lineage), strs: []string{""}}
+	return &names{lin: new(lineage), strs: []string{""}, prods: []string{""}}
 }
 
 // name is the name of id, "" for 0.
@@ -55,17 +59,39 @@ func (m *mutation) intern(s string) uint32 {
 	if id, ok := m.ix.nameID(s); ok {
 		return id
 	}
-	t := m.ix.names
-	if t.owner != m.ed {
-		c := *t
-		// Clip: the append below copies, never writing the snapshot's array.
-		c.strs, c.owner = slices.Clip(t.strs), m.ed
-		t, m.ix.names = &c, &c
-	}
+	t := m.ownNames()
 	id := uint32(len(t.strs))
 	// A copy: s may be part of a larger string (a decoded message) that the
 	// index must not keep alive.
 	t.strs = append(t.strs, strings.Clone(s))
 	t.byName.insert(m.ed, m.ix.strTag(s), id, sameHash)
 	return id
+}
+
+// ownNames returns the index's names, made writable by the mutation's
+// edit.
+func (m *mutation) ownNames() *names {
+	t := m.ix.names
+	if t.owner != m.ed {
+		c := *t
+		// Clip: appends copy, never writing the snapshot's arrays.
+		c.strs, c.prods, c.owner = slices.Clip(t.strs), slices.Clip(t.prods), m.ed
+		t, m.ix.names = &c, &c
+	}
+	return t
+}
+
+// producer returns the code of producer p (not ""), adding it if the
+// index has none; prodExt when the table is full. A scan: an index sees a
+// handful of producers.
+func (m *mutation) producer(p string) uint8 {
+	if i := slices.Index(m.ix.names.prods, p); i > 0 {
+		return uint8(i)
+	}
+	if len(m.ix.names.prods) >= prodExt {
+		return prodExt
+	}
+	t := m.ownNames()
+	t.prods = append(t.prods, strings.Clone(p))
+	return uint8(len(t.prods) - 1)
 }

@@ -168,7 +168,7 @@ func (r chunkRef) compact(ed *edit, n int, ext bool) {
 	old, x := *r.x, &chunkSide{owner: ed, rest: make([]byte, 0, want)}
 	if liveExt > 0 || ext {
 		// The same for extra records, counted by entry.
-		x.ext = make([]*extra, 0, min(liveExt+1+(liveExt+1)*(chunkLen-used)/max(used, 1), chunkLen)+2)
+		x.ext = make([]*extra, 0, min(liveExt+1+(liveExt+1)*(chunkLen-used)/max(used, 1), chunkLen)+2) // ≤ maxSideExt
 	}
 	for i := range r.c {
 		e := &r.c[i]
@@ -182,7 +182,7 @@ func (r chunkRef) compact(ed *edit, n int, ext bool) {
 		}
 		if e.ext != 0 {
 			x.ext = append(x.ext, old.ext[e.ext-1])
-			e.ext = uint16(len(x.ext))
+			e.ext = uint8(len(x.ext))
 		}
 	}
 	*r.x = x

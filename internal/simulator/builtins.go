@@ -177,7 +177,7 @@ func (b *builtins) lookupDomain(r *Request) map[string]any {
 func (b *builtins) simulateUser(r *Request) *simulateBody {
 	q := policy.Query{
 		Input: policy.Input{Domain: r.Domain, Path: r.Path, AnswerAddr: r.RulesIP, Chain: r.Chain, Time: b.clock()},
-		IP:    r.IP, Username: r.Username, DeviceID: r.DeviceID,
+		IP:    r.IP, Username: r.Username, DeviceID: r.EffectiveDeviceID(),
 		Profile: r.Profile, HasProfile: r.HasProfile, Settings: r.Settings,
 	}
 	body := &simulateBody{domain: r.Domain, path: r.Path}

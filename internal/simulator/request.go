@@ -37,9 +37,13 @@ type Request struct {
 	Domain string // IDNA A-label, lower case, no trailing dot
 	Path   string // "" or starting with '/'
 	// Simulation only:
-	IP         netip.Addr
-	Username   string
-	DeviceID   string // decoded from hex: an override's prefix:value form
+	IP       netip.Addr
+	Username string
+	DeviceID string // decoded from hex: an override's prefix:value form
+	// ClientID is an encrypted DNS client's client id (client_id): the
+	// resolver finds the session with the device id clientid:<id> before
+	// the address, and so does the simulator (EffectiveDeviceID).
+	ClientID   string
 	Profile    int
 	HasProfile bool
 	Settings   *settings.Document
@@ -54,7 +58,8 @@ type Request struct {
 // parameter names of the simulator API.
 var (
 	lookupParams   = []string{"domain", "path"}
-	simulateParams = []string{"domain", "path", "ip", "username", "deviceid", "profile", "settings", "rules_ip", "cname", "verbose", "vhost"}
+	simulateParams = []string{"domain", "path", "ip", "username", "deviceid", "client_id", "profile", "settings", "rules_ip", "cname", "verbose",
+		"vhost"}
 )
 
 // ParseLookup validates the parameters of GET /api/v1/domain.
@@ -93,7 +98,51 @@ func parse(q url.Values, known []string) (*Request, error) {
 	if r.Domain == "" {
 		return nil, badf("domain is required")
 	}
+	if err := r.checkClientID(); err != nil {
+		return nil, err
+	}
 	return r, nil
+}
+
+// clientIDDevicePrefix is the device id prefix a client id stands for
+// (the resolver's ClientIDDevicePrefix: client id kid1 is the session
+// with deviceid clientid:kid1).
+const clientIDDevicePrefix = "clientid:"
+
+// checkClientID refuses a client id beside a device id: both name the
+// device, and the answer would depend on which one won.
+func (r *Request) checkClientID() error {
+	if r.ClientID != "" && r.DeviceID != "" {
+		return badf("give deviceid or client_id, not both")
+	}
+	return nil
+}
+
+// EffectiveDeviceID is the device id the engine resolves first: the
+// deviceid parameter, or clientid:<client_id>. A client id that matches no
+// session falls back to ip, as in the resolver.
+func (r *Request) EffectiveDeviceID() string {
+	if r.ClientID != "" {
+		return clientIDDevicePrefix + r.ClientID
+	}
+	return r.DeviceID
+}
+
+// validClientID is the resolver's rule for a client id (it travels in a
+// DoH path and a TLS server name label): 1–63 characters of a-z, 0-9 and
+// -, upper case folded to lower. Kept here, not imported, so that the
+// simulator does not depend on the DNS server.
+func validClientID(id string) (string, bool) {
+	if len(id) == 0 || len(id) > 63 {
+		return "", false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+			return "", false
+		}
+	}
+	return strings.ToLower(id), true
 }
 
 // set parses one parameter into r; "" leaves it unset.
@@ -145,6 +194,12 @@ func (r *Request) set(name, v string) error {
 			return badf("deviceid decodes to an invalid device id: %v", err)
 		}
 		r.DeviceID = string(b)
+	case "client_id":
+		id, ok := validClientID(v)
+		if !ok {
+			return badf("client_id %q: want 1-63 characters of a-z, 0-9 and -", v)
+		}
+		r.ClientID = id
 	case "profile":
 		p, err := settings.ParseProfile(v)
 		if err != nil {
@@ -207,6 +262,7 @@ func (r *Request) Table() map[string]any {
 	}
 	put("username", r.Username)
 	put("deviceid", r.DeviceID)
+	put("client_id", r.ClientID)
 	if r.HasProfile {
 		t["profile"] = r.Profile
 	}
@@ -258,6 +314,9 @@ func FromTable(t map[string]any) (*Request, error) {
 	}
 	if r.Domain == "" {
 		return nil, badf("domain is required")
+	}
+	if err := r.checkClientID(); err != nil {
+		return nil, err
 	}
 	return r, nil
 }

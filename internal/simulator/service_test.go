@@ -118,9 +118,15 @@ func newFixture(t testing.TB, o fixtureOpts) *fixture {
 	}
 	alice := identity.Attributes{Username: "alice"}
 	pfx := netip.MustParsePrefix("10.0.0.2/32")
+	// kid's tablet, found by its encrypted-DNS client id (client_id=kid1).
+	kid := identity.Attributes{Username: "kid", DeviceID: "clientid:kid1"}
+	kidPfx := netip.MustParsePrefix("10.0.0.9/32")
 	ix := sessionindex.Empty().Apply([]*session.Session{{
 		ID: session.NewID(identity.Identity{Org: "acme", Attributes: alice}, pfx), Org: "acme",
 		Allocations: []netip.Prefix{pfx}, Attributes: alice,
+	}, {
+		ID: session.NewID(identity.Identity{Org: "acme", Attributes: kid}, kidPfx), Org: "acme",
+		Allocations: []netip.Prefix{kidPfx}, Attributes: kid,
 	}}, nil)
 	st := orgSettings{{Kind: settings.ScopeUsername, Value: "alice"}: mustParse(t, `{"blocked_categories":[3]}`)}
 	eng, err := policy.NewEngine(policy.EngineConfig{View: func() policy.View {
@@ -302,7 +308,7 @@ func TestCodeMappingsAndInfo(t *testing.T) {
 	}
 	code, m = f.get("/api/v1/info")
 	fs := m["feeds"].([]any)
-	if code != 200 || m["version"] != "test-1" || m["sessions"] != 1.0 || len(fs) != 1 || fs[0].(map[string]any)["entries"] != 3.0 {
+	if code != 200 || m["version"] != "test-1" || m["sessions"] != 2.0 || len(fs) != 1 || fs[0].(map[string]any)["entries"] != 3.0 {
 		t.Fatalf("info %d %v", code, m)
 	}
 	for _, k := range []string{"settings_documents", "updated_at"} {

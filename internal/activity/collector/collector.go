@@ -161,6 +161,9 @@ func (c *Collector) Run(ctx context.Context) error {
 		if err == nil {
 			break
 		}
+		if ctx.Err() != nil {
+			return nil // stopped while declaring: not an outage to report
+		}
 		c.setHealth(fmt.Errorf("cannot reach the stream %s: %w", activity.Stream, err))
 		c.log.Warn("activity collector: stream not reachable; retrying", "err", err, "retry_in", delay)
 		select {

@@ -199,7 +199,7 @@ func TestPostgresTwoCollectorsShareTheConsumer(t *testing.T) {
 // SIGKILL while it writes, then started again: nothing lost, nothing twice.
 func TestCollectorKilledMidBatch(t *testing.T) {
 	if testing.Short() {
-		t.Skip("-short: builds the svc-pf binary and runs it as a process (CI runs it: .ci/run lists it among the tests that must not skip)")
+		t.Skip("-short: builds the svc-pf binary and runs it as a process; CI runs it without -short, with the PostgreSQL URL set (.ci/run lists it among the tests that must not skip)")
 	}
 	bin := filepath.Join(t.TempDir(), "svc-pf")
 	if out, err := exec.Command("go", "build", "-o", bin, "../../../cmd/svc-pf").CombinedOutput(); err != nil {

@@ -216,7 +216,8 @@ func TestFstrmCaptureAndDnstapLdnsRead(t *testing.T) {
 // TestReaderRestarts: the reader killed (-9) mid-stream and started again
 // on the same path: the writer notices, queues what it can (the queue's
 // 4), drops and counts the rest, reconnects by itself and delivers the
-// queued queries and those after.
+// queued queries (any four: misses reach the observer in no fixed
+// order) and those after.
 func TestReaderRestarts(t *testing.T) {
 	bin := tool(t, "dnstap", "golang-github-dnstap-golang-dnstap-cli")
 	sock := filepath.Join(t.TempDir(), "dnstap.sock")
@@ -239,8 +240,8 @@ func TestReaderRestarts(t *testing.T) {
 	for i := range during {
 		ask(t, "udp", udp, "during"+strconv.Itoa(i)+".test", dns.TypeA)
 	}
-	// Disconnected, the writer takes no query off the queue: the first
-	// four wait, the other six are dropped. (The resolver tells its
+	// Disconnected, the writer takes no query off the queue: four
+	// wait, the other six are dropped. (The resolver tells its
 	// observer after the client has its reply: wait for the count.)
 	dropped := func() float64 { return metric(t, reg, "svcpf_dnstap_dropped_total", "queue_full") }
 	waitFor(t, "6 dropped", func() bool { return dropped() >= during-queue })
@@ -252,12 +253,18 @@ func TestReaderRestarts(t *testing.T) {
 	waitFor(t, "the writer reconnects", connected(1))
 	ask(t, "udp", udp, "after.test", dns.TypeA)
 	waitFor(t, "the new reader shows after.test", func() bool { return strings.Contains(p2.out.String(), ";after.test.") })
+	// Which four waited is not fixed: each query was a cache miss,
+	// answered on a goroutine of its own, so the observer can hear of
+	// them in another order than they were asked.
 	out := p2.out.String()
+	shown := 0
 	for i := range during {
-		name := ";during" + strconv.Itoa(i) + ".test."
-		if got, want := strings.Contains(out, name), i < queue; got != want {
-			t.Errorf("the new reader shows %s: %v, want %v (the queue's first %d wait, the rest are dropped)", name, got, want, queue)
+		if strings.Contains(out, ";during"+strconv.Itoa(i)+".test.") {
+			shown++
 		}
+	}
+	if shown != queue {
+		t.Errorf("the new reader shows %d of the %d queries asked while it was away, want the queue's %d:\n%s", shown, during, queue, out)
 	}
 	sent := func() float64 { return metric(t, reg, "svcpf_dnstap_sent_total", "") }
 	waitFor(t, "the sent count", func() bool { return sent() >= 1+queue+1 })

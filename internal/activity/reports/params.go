@@ -50,7 +50,10 @@ var (
 	Verdicts = []string{string(policy.VerdictAllow), string(policy.VerdictBlock), string(policy.VerdictRedirect)}
 	Reasons  = []string{string(policy.ReasonFilteringOff), string(policy.ReasonAllowlist), string(policy.ReasonRPZ),
 		string(policy.ReasonBlocklist), string(policy.ReasonPaused), string(policy.ReasonSafeSearch),
-		string(policy.ReasonCategory), string(policy.ReasonNetwork), string(policy.ReasonDefault)}
+		string(policy.ReasonCategory), string(policy.ReasonNetwork), string(policy.ReasonDefault),
+		// An allow made before the node's policy data had loaded
+		// (resolver.ReasonUnready, resolver.unready: open).
+		"unready"}
 	Dimensions = []string{string(activity.ByCategory), string(activity.ByDomain), string(activity.BySubscriber), string(activity.ByReason)}
 )
 

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -141,39 +142,58 @@ func (p *pgStore) ensurePartitions(ctx context.Context, day int32) error {
 // pgDict resolves one dictionary's missing keys: insert what is new
 // (committed at once, outside the batch's transaction: an id never
 // disappears, so the cache stays true), then read the ids.
+//
+// The inserts of one round go in one pipeline, which PostgreSQL runs as
+// one implicit transaction: a statement that fails (a deadlock with another
+// collector, the server going away) rolls back the rows inserted before it
+// in the round. So the round's ids enter the cache only once the whole
+// pipeline has succeeded; an id remembered from a rolled-back insert would
+// point at no row, and a subscriber's would fail every later write of it on
+// activity_whos' foreign key. The keys go in one order (by their
+// arguments' text) so that two collectors inserting the same new keys wait
+// on each other's rows in that order instead of deadlocking.
 func pgDict[K comparable](ctx context.Context, conn *pgx.Conn, cache map[K]int64, keys map[K]bool,
 	insert string, args func(K) []any) error {
-	var missing []K
+	type item struct {
+		k    K
+		args []any
+		sort string
+	}
+	var missing []item
 	for k := range keys {
 		if _, ok := cache[k]; !ok {
-			missing = append(missing, k)
+			a := args(k)
+			missing = append(missing, item{k, a, fmt.Sprintf("%#v", a)})
 		}
 	}
+	slices.SortFunc(missing, func(a, b item) int { return strings.Compare(a.sort, b.sort) })
 	for len(missing) > 0 {
 		var b pgx.Batch
-		for _, k := range missing {
-			b.Queue(insert, args(k)...)
+		for _, it := range missing {
+			b.Queue(insert, it.args...)
 		}
 		res := conn.SendBatch(ctx, &b)
-		var again []K
-		for _, k := range missing {
+		var again []item
+		got := make(map[K]int64, len(missing))
+		for _, it := range missing {
 			var id int64
 			err := res.QueryRow().Scan(&id)
 			switch {
 			case errors.Is(err, pgx.ErrNoRows):
 				// Inserted by another collector after this statement's
 				// snapshot: the next round sees it.
-				again = append(again, k)
+				again = append(again, it)
 			case err != nil:
 				_ = res.Close()
 				return err
 			default:
-				cache[k] = id
+				got[it.k] = id
 			}
 		}
 		if err := res.Close(); err != nil {
 			return err
 		}
+		maps.Copy(cache, got)
 		missing = again
 	}
 	return nil

@@ -140,6 +140,8 @@ type CleanRequest struct {
 	RevisionBelow int64
 	Subnets       []netip.Prefix
 	IDs           []string
+	// Producer: only that producer's sessions ("" for the orgmanager's).
+	Producer string
 }
 
 // SetSession merges s into the stored session with the same id and returns

@@ -168,6 +168,9 @@ type CleanSessionsRequest struct {
 	RevisionBelow int64          `json:"revision_below,omitempty"`
 	Subnets       []netip.Prefix `json:"subnets,omitempty"`
 	IDs           []string       `json:"ids,omitempty"`
+	// Producer limits the clean to that producer's sessions ("" is the
+	// orgmanager's); see session.Session.Producer.
+	Producer string `json:"producer,omitempty"`
 }
 
 // CleanSessionsReply answers clean-sessions.
@@ -204,6 +207,9 @@ func (r *CleanSessionsRequest) Mode() (CleanMode, error) {
 		return 0, errors.New("ids is empty: nothing to clean")
 	case r.Subnets != nil && len(r.Subnets) == 0:
 		return 0, errors.New("subnets is empty: nothing to clean")
+	}
+	if !session.ValidProducer(r.Producer) {
+		return 0, fmt.Errorf("invalid producer %q", Truncate(r.Producer, 40))
 	}
 	n := 0
 	for _, set := range []bool{r.All, r.RevisionBelow > 0, len(r.Subnets) > 0, len(r.IDs) > 0} {

@@ -3,8 +3,10 @@ package natstest
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -48,15 +50,33 @@ func StartProcess(t testing.TB) *Process {
 	return p
 }
 
-// freePort asks the kernel for a free loopback port (listen on :0, close).
+// freePort returns a free loopback port below the kernel's ephemeral
+// range. A Process keeps its ports across Kill and Start, and while it is
+// down (a minute, in some tests) a port from the ephemeral range can be
+// taken by any outgoing connection of the machine — the restart then
+// fails with "address already in use" (seen in CI). Below the range only
+// an explicit bind can take it.
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	low := 32768 // Linux's default start of ip_local_port_range
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil && n > 11000 {
+				low = n
+			}
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	for range 200 {
+		port := 10000 + rand.IntN(low-10000)
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return port
+	}
+	t.Fatalf("natstest: no free loopback port below %d in 200 tries", low)
+	return 0
 }
 
 // URL is the nats:// URL clients connect to.

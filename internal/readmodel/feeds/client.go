@@ -121,6 +121,10 @@ type Client struct {
 	pubMu sync.Mutex // serialises the feeds' swaps of set; readers never take it
 
 	running   atomic.Bool
+	runMu     sync.Mutex      // guards runCtx and stops; held through a Reconfigure's swap
+	runCtx    context.Context // Run's, nil when Run is not running
+	stops     []func()        // the followers' cancels
+	followers sync.WaitGroup  // the feeds' poll goroutines
 	ready     chan struct{}
 	readyOnce sync.Once
 }
@@ -136,31 +140,9 @@ func New(cfg Config) (*Client, error) {
 		log:   cfg.Logger.With("component", "feeds"),
 		ready: make(chan struct{}),
 	}
-	names := make(map[string]int, len(cfg.Feeds))
-	for i, fc := range cfg.Feeds {
-		if err := fc.validate(); err != nil {
-			return nil, fmt.Errorf("feeds[%d]: %w", i, err)
-		}
-		if j, dup := names[fc.Name]; dup {
-			return nil, fmt.Errorf("feeds[%d]: name %q is already used by feeds[%d]; give each feed its own name", i, fc.Name, j)
-		}
-		names[fc.Name] = i
-		src, err := newSource(fc.URL, cfg.HTTPClient)
-		if err != nil {
-			return nil, fmt.Errorf("feeds[%d] (%s): url: %w", i, fc.Name, err)
-		}
-		if fc.PollInterval == 0 {
-			fc.PollInterval = DefaultPollInterval
-		}
-		if fc.StaleAfter == 0 {
-			fc.StaleAfter = StalePolls * fc.PollInterval
-		}
-		c.feeds = append(c.feeds, &feedState{
-			cfg: fc,
-			pos: i,
-			src: src,
-			log: c.log.With("feed", fc.Name),
-		})
+	var err error
+	if c.feeds, err = c.newStates(cfg.Feeds); err != nil {
+		return nil, err
 	}
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
@@ -173,9 +155,43 @@ func New(cfg Config) (*Client, error) {
 	}
 	c.set.Store(&Set{feeds: make([]*loadedFeed, len(c.feeds))})
 	if len(c.feeds) == 0 {
-		close(c.ready)
+		// Through readyOnce: a Reconfigure may add feeds that publish.
+		c.readyOnce.Do(func() { close(c.ready) })
 	}
 	return c, nil
+}
+
+// newStates validates a `feeds:` list and builds its pollers (metrics
+// not yet resolved). Errors name the entry and what to change.
+func (c *Client) newStates(list []FeedConfig) ([]*feedState, error) {
+	var out []*feedState
+	names := make(map[string]int, len(list))
+	for i, fc := range list {
+		if err := fc.validate(); err != nil {
+			return nil, fmt.Errorf("feeds[%d]: %w", i, err)
+		}
+		if j, dup := names[fc.Name]; dup {
+			return nil, fmt.Errorf("feeds[%d]: name %q is already used by feeds[%d]; give each feed its own name", i, fc.Name, j)
+		}
+		names[fc.Name] = i
+		src, err := newSource(fc.URL, c.cfg.HTTPClient)
+		if err != nil {
+			return nil, fmt.Errorf("feeds[%d] (%s): url: %w", i, fc.Name, err)
+		}
+		if fc.PollInterval == 0 {
+			fc.PollInterval = DefaultPollInterval
+		}
+		if fc.StaleAfter == 0 {
+			fc.StaleAfter = StalePolls * fc.PollInterval
+		}
+		out = append(out, &feedState{
+			cfg: fc,
+			pos: i,
+			src: src,
+			log: c.log.With("feed", fc.Name),
+		})
+	}
+	return out, nil
 }
 
 func (cfg *Config) defaults() error {
@@ -326,10 +342,12 @@ type FeedStatus struct {
 // Status returns every configured feed's status, in config order, loaded or
 // not.
 func (c *Client) Status() []FeedStatus {
-	set := c.set.Load()
+	c.pubMu.Lock() // the feeds and the set in step (Reconfigure swaps both)
+	set, states := c.set.Load(), c.feeds
+	c.pubMu.Unlock()
 	now := c.cfg.Clock()
-	out := make([]FeedStatus, len(c.feeds))
-	for i, f := range c.feeds {
+	out := make([]FeedStatus, len(states))
+	for i, f := range states {
 		f.mu.Lock()
 		out[i] = f.status
 		f.mu.Unlock()
@@ -353,11 +371,17 @@ func (c *Client) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return errors.New("feeds: Run called twice")
 	}
-	var wg sync.WaitGroup
-	for _, f := range c.feeds {
-		wg.Go(func() { c.follow(ctx, f) })
-	}
-	wg.Wait()
+	// Reconfigure (reconfigure.go) stops and restarts the followers
+	// while Run lasts.
+	c.runMu.Lock()
+	c.runCtx = ctx
+	c.startFollowers()
+	c.runMu.Unlock()
+	<-ctx.Done()
+	c.runMu.Lock()
+	c.runCtx = nil
+	c.runMu.Unlock()
+	c.followers.Wait()
 	return nil
 }
 

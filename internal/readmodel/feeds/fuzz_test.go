@@ -32,7 +32,7 @@ func FuzzDecodeFile(f *testing.F) {
 		})
 		data := gzBytes(content)
 		var got []feed.Line
-		err := decodeFile(data, delta, maxBytes, func(l feed.Line) error {
+		err := decodeFile(data, delta, maxBytes, false, func(l feed.Line) error {
 			got = append(got, l)
 			return nil
 		})
@@ -47,7 +47,7 @@ func FuzzDecodeFile(f *testing.F) {
 			t.Fatalf("decodeFile read %v, ReadLines %v", got, want)
 		}
 		if n := int(cut) % (len(data) + 1); n < len(data) {
-			if err := decodeFile(data[:n], delta, maxBytes, func(feed.Line) error { return nil }); err == nil {
+			if err := decodeFile(data[:n], delta, maxBytes, false, func(feed.Line) error { return nil }); err == nil {
 				t.Fatalf("a prefix of %d of %d bytes decoded", n, len(data))
 			}
 		}

@@ -156,7 +156,7 @@ func (d *feedDir) version(typ string, n int64, data []byte, entries int) feed.Ve
 	if typ == feed.TypeDelta {
 		next = maps.Clone(prev)
 	}
-	err := decodeFile(data, typ == feed.TypeDelta, 1<<30, func(l feed.Line) error {
+	err := decodeFile(data, typ == feed.TypeDelta, 1<<30, false, func(l feed.Line) error {
 		if l.Remove {
 			delete(next, l.Key())
 		} else {
@@ -289,25 +289,45 @@ func (s *feedServer) setFault(f func(w http.ResponseWriter, r *http.Request) boo
 	s.mu.Unlock()
 }
 
+// statusRecorder records a request in the server's log when its status
+// is sent, before any of the body: the client can have the whole reply
+// (and the test go on to read the log) before the handler returns.
 type statusRecorder struct {
 	http.ResponseWriter
 	status int
+	record func(status int)
 }
 
 func (r *statusRecorder) WriteHeader(code int) {
 	r.status = code
+	if r.record != nil {
+		r.record(code)
+		r.record = nil
+	}
 	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *statusRecorder) Write(b []byte) (int, error) {
+	if r.record != nil {
+		r.WriteHeader(http.StatusOK)
+	}
+	return r.ResponseWriter.Write(b)
 }
 
 func (r *statusRecorder) Flush() { r.ResponseWriter.(http.Flusher).Flush() }
 
 func (s *feedServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	file := path.Base(r.URL.Path)
-	rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
-	defer func() {
+	record := func(status int) {
 		s.mu.Lock()
-		s.log = append(s.log, file+" "+http.StatusText(rec.status))
+		s.log = append(s.log, file+" "+http.StatusText(status))
 		s.mu.Unlock()
+	}
+	rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK, record: record}
+	defer func() {
+		if rec.record != nil { // nothing written: net/http sends 200
+			rec.record(http.StatusOK)
+		}
 	}()
 	s.mu.Lock()
 	fault, noETag := s.fault, s.noETag

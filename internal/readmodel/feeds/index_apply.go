@@ -38,33 +38,7 @@ func (ix *Index) Apply(lines []feed.Line) *Index {
 		return ix.rebuild(lines)
 	}
 
-	// The lines in hash order, so that the lines of one name are together
-	// (and those of one shard); they stay in the order given, so that the
-	// last wins.
-	refs := make([]applyRef, len(lines))
-	for i := range lines {
-		refs[i] = applyRef{h: ix.key.name(lines[i].Name), i: i}
-	}
-	slices.SortFunc(refs, func(a, b applyRef) int {
-		if c := cmp.Compare(a.h, b.h); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.i, b.i)
-	})
-
-	a := applier{ix: ix, next: &next, lines: lines, sets: setTable{sets: ix.sets, ids: ix.setIDs, shared: true}}
-	a.changed = make([]changedName, 0, len(lines))
-	for i := 0; i < len(refs); {
-		j := i + 1
-		for j < len(refs) && refs[j].h == refs[i].h {
-			j++
-		}
-		group := refs[i:j]
-		for len(group) > 0 {
-			group = a.name(group)
-		}
-		i = j
-	}
+	a := ix.applyNames(&next, lines)
 	next.sets, next.setIDs = a.sets.sets, a.sets.ids
 	a.plan(len(lines))
 	a.write()
@@ -113,6 +87,37 @@ type applyRef struct {
 }
 
 // applier holds the state of one Apply.
+// applyNames is the applier of lines to ix, building next, with every
+// name's lines applied: the lines go in hash order, so that the lines of
+// one name are together (and those of one shard), and keep the order given
+// within a name, so that the last wins.
+func (ix *Index) applyNames(next *Index, lines []feed.Line) *applier {
+	refs := make([]applyRef, len(lines))
+	for i := range lines {
+		refs[i] = applyRef{h: ix.key.name(lines[i].Name), i: i}
+	}
+	slices.SortFunc(refs, func(a, b applyRef) int {
+		if c := cmp.Compare(a.h, b.h); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.i, b.i)
+	})
+	a := &applier{ix: ix, next: next, lines: lines, sets: setTable{sets: ix.sets, ids: ix.setIDs, shared: true}}
+	a.changed = make([]changedName, 0, len(lines))
+	for i := 0; i < len(refs); {
+		j := i + 1
+		for j < len(refs) && refs[j].h == refs[i].h {
+			j++
+		}
+		group := refs[i:j]
+		for len(group) > 0 {
+			group = a.name(group)
+		}
+		i = j
+	}
+	return a
+}
+
 type applier struct {
 	ix, next *Index
 	lines    []feed.Line

@@ -78,8 +78,10 @@ func newBuilder(seed maphash.Seed, sizeHint int) *builder {
 	return &builder{seed: seed, key: newNameHash(seed), sb: sb, stage: make([][]byte, 1<<sb), sets: setTable{ids: map[string]uint32{}}}
 }
 
-func (b *builder) set(l feed.Line) {
-	h := b.key.name(l.Name)
+func (b *builder) set(l feed.Line) { b.setHashed(b.key.name(l.Name), l) }
+
+// setHashed stages l, whose name hashes to h.
+func (b *builder) setHashed(h uint64, l feed.Line) {
 	set := uint32(0)
 	if !l.Remove {
 		set = b.sets.intern(l.Codes) + 1

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/svc-pf/svc-pf/internal/feed"
@@ -137,9 +139,21 @@ func (c *Client) update(ctx context.Context, f *feedState) (bool, error) {
 	cur := c.set.Load().feeds[f.pos]
 	var held *feed.Version
 	if cur != nil {
-		held = &cur.from
+		// A copy: a pointer into cur would keep cur's index alive until
+		// the update ends, and a stepwise update (replaceSnapshot,
+		// applyDeltasStepwise) lets the shards it replaced go at each step.
+		v := cur.from
+		held = &v
 	}
 	p := planUpdate(m, held, now, f.cfg.Delay)
+	if p.kind == planDeltas && cur != nil && deltasOutweigh(m, p) && canReplace(cur.index, m.Versions[0].Entries) {
+		// Deltas of more lines than half the snapshot's (a feed that
+		// changed wholesale: its catch-up delta removes every key and sets
+		// every new one) would hold their lines and grow an overlay the
+		// size of the index; the snapshot replaces the index shard by
+		// shard instead, in bounded memory.
+		p.kind, p.files = planSnapshot, m.Versions[:p.eligible]
+	}
 	c.notePending(f, m, p)
 	if p.kind == planBackwards {
 		if f.backwardsSince.IsZero() {
@@ -183,7 +197,12 @@ func (c *Client) update(ctx context.Context, f *feedState) (bool, error) {
 	case planNone: // only the titles changed
 		next.from, next.index, next.loadedAt = cur.from, cur.index, cur.loadedAt
 	case planSnapshot:
-		ix, err := c.loadSnapshot(ctx, f, p.files[0])
+		var ix *Index
+		if cur != nil && canReplace(cur.index, p.files[0].Entries) {
+			ix, err = c.replaceSnapshot(ctx, f, cur, p.files[0])
+		} else {
+			ix, err = c.loadSnapshot(ctx, f, p.files[0])
+		}
 		if err != nil {
 			return false, err
 		}
@@ -192,7 +211,12 @@ func (c *Client) update(ctx context.Context, f *feedState) (bool, error) {
 		}
 		next.from, next.index, next.loadedAt = p.target, ix, now
 	case planDeltas:
-		ix, err := c.applyDeltas(ctx, f, cur.index, p.files)
+		var ix *Index
+		if stepwiseDeltas(cur.index, p.files, c.cfg.Limits.Entries) {
+			ix, err = c.applyDeltasStepwise(ctx, f, cur, p.files)
+		} else {
+			ix, err = c.applyDeltas(ctx, f, cur.index, p.files)
+		}
 		if err != nil {
 			return false, err
 		}
@@ -372,6 +396,20 @@ func eligible(vs []feed.Version, now time.Time, delay time.Duration) int {
 	return len(vs)
 }
 
+// deltasOutweigh reports whether p's deltas have more lines than half the
+// snapshot of m that could replace them (m.Versions[0], when that is a
+// snapshot within p's reach).
+func deltasOutweigh(m *feed.Manifest, p plan) bool {
+	if len(m.Versions) == 0 || m.Versions[0].Type != feed.TypeSnapshot || p.eligible == 0 {
+		return false
+	}
+	lines := 0
+	for _, v := range p.files {
+		lines += v.Entries
+	}
+	return lines > m.Versions[0].Entries/2
+}
+
 // maxSizeHint bounds the index size a manifest's entries can make the
 // Builder reserve before a line is read.
 const maxSizeHint = 1 << 22
@@ -432,22 +470,169 @@ func (c *Client) applyDeltas(ctx context.Context, f *feedState, ix *Index, delta
 	return ix, nil
 }
 
+// replaceSnapshot loads snapshot v over the index cur serves, a group of
+// shards at a time (index_replace.go), publishing each step under cur's
+// version, so that the node never holds two whole indexes. A first pass
+// checks the whole file (lines, count, limits) before any shard is
+// replaced; the file's bytes, verified by their checksum, are then read
+// again for each group, which therefore reads them as the check did.
+func (c *Client) replaceSnapshot(ctx context.Context, f *feedState, cur *loadedFeed, v feed.Version) (*Index, error) {
+	data, err := c.fetchVersion(ctx, f, v)
+	if err != nil {
+		return nil, err
+	}
+	limit := c.cfg.Limits.Entries
+	r := newReplacer(cur.index)
+	// Each step is published under the held version; nothing here keeps
+	// cur (and its index) past the first step.
+	base := loadedFeed{name: cur.name, codes: cur.codes, from: cur.from, loadedAt: cur.loadedAt}
+	size := cur.index.SizeBytes()
+	cur = nil
+	n := 0
+	err = c.decodeVersion(ctx, v, data, true, func(l feed.Line) error {
+		if n++; n > limit {
+			return fmt.Errorf("%s: more than %d entries: %w", v.File, limit, errTooLarge)
+		}
+		r.count(l)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	// A group's staging is a sixteenth of the index's bytes, and its new
+	// shards about as much: the price is one more read of the file a group.
+	ends := r.groups(max(size/replaceGroups, 1<<20))
+	var ix *Index
+	for i, end := range ends {
+		ix, err = r.step(end, func(fn func(feed.Line) error) error {
+			return decodeFile(data, false, c.cfg.Limits.DecompressedBytes, true, fn)
+		})
+		if err != nil {
+			// Not expected: the check above read the same bytes. The Set
+			// holds a mix under the old version, which the next poll
+			// replaces again.
+			return nil, fail(reasonDecode, fmt.Errorf("%s: %w", v.File, err))
+		}
+		if i < len(ends)-1 {
+			step := base
+			step.index = ix
+			c.publish(f.pos, &step)
+		}
+	}
+	f.log.Info("feed snapshot replaced the index shard group by shard group", "version", v.Version, "groups", len(ends), "entries", ix.Len())
+	return ix, nil
+}
+
+// stepwiseDeltas reports whether deltas are applied to ix, the index the
+// node serves, shard group by shard group (applyDeltasStepwise) rather
+// than at once: they have more lines than a stepwiseShare-th of its keys,
+// it has a full shard table, and even if every line added a key the result
+// would stay within the entry limit (a step cannot be taken back, so the
+// limit must hold before the first).
+func stepwiseDeltas(ix *Index, deltas []feed.Version, limit int) bool {
+	lines := 0
+	for _, v := range deltas {
+		lines += v.Entries
+	}
+	return ix.bits == maxShardBits && lines > ix.Len()/stepwiseShare && ix.Len()+lines <= limit
+}
+
+// stepwiseShare: deltas of more lines than this share of the index are
+// applied stepwise. Applied at once, a delta's lines are held as strings
+// (about 100 bytes a line, twice an index key's) and every changed name
+// goes to the overlay: at a sixteenth of the keys that is already an
+// eighth of the index again, before the garbage collector's headroom.
+const stepwiseShare = 32
+
+// applyDeltasStepwise applies deltas to the index cur serves a group of
+// shards at a time, publishing each step under cur's version, as a
+// snapshot replacement does (replaceSnapshot): a first pass checks every
+// file whole; then, for each group, the files are read again in order and
+// only the group's lines held and applied (Index.applyShards), which
+// rewrites the group's shards with them. The memory is the index, the
+// files, and one group's lines and shards, not every line at once.
+func (c *Client) applyDeltasStepwise(ctx context.Context, f *feedState, cur *loadedFeed, deltas []feed.Version) (*Index, error) {
+	datas := make([][]byte, len(deltas))
+	for i, v := range deltas {
+		data, err := c.fetchVersion(ctx, f, v)
+		if err != nil {
+			return nil, err
+		}
+		if err := c.decodeVersion(ctx, v, data, true, func(feed.Line) error { return nil }); err != nil {
+			return nil, err
+		}
+		datas[i] = data
+	}
+	ix := cur.index
+	base := loadedFeed{name: cur.name, codes: cur.codes, from: cur.from, loadedAt: cur.loadedAt}
+	cur = nil // as in replaceSnapshot: the replaced shards go at each step
+	per := max(1, len(ix.shards)/replaceGroups)
+	for lo := 0; lo < len(ix.shards); lo += per {
+		hi := min(lo+per, len(ix.shards))
+		var lines []feed.Line
+		for i, data := range datas {
+			err := decodeFile(data, true, c.cfg.Limits.DecompressedBytes, true, func(l feed.Line) error {
+				if s := int(ix.key.name(l.Name) >> ix.shift); s >= lo && s < hi {
+					l.Name, l.Path, l.Codes = strings.Clone(l.Name), strings.Clone(l.Path), slices.Clone(l.Codes)
+					lines = append(lines, l)
+				}
+				return nil
+			})
+			if err != nil {
+				// Not expected: the check above read the same bytes.
+				return nil, fail(reasonDecode, fmt.Errorf("%s: %w", deltas[i].File, err))
+			}
+		}
+		ix = ix.applyShards(lines, lo, hi)
+		if hi < len(ix.shards) {
+			step := base
+			step.index = ix
+			c.publish(f.pos, &step)
+		}
+	}
+	if ix.n < minPerShard<<ix.bits {
+		ix = ix.rebuild(nil) // far smaller than its shards now (and so, small)
+	}
+	f.log.Info("feed deltas applied shard group by shard group", "files", len(deltas), "groups", (len(ix.shards)+per-1)/per, "entries", ix.Len())
+	return ix, nil
+}
+
+// replaceGroups is how many groups of shards a replacement takes at least.
+const replaceGroups = 16
+
 // readVersion fetches v's file, checks it against the manifest's SHA-256
 // before anything reads it, and calls fn for each line.
 func (c *Client) readVersion(ctx context.Context, f *feedState, v feed.Version, fn func(feed.Line) error) error {
+	data, err := c.fetchVersion(ctx, f, v)
+	if err != nil {
+		return err
+	}
+	return c.decodeVersion(ctx, v, data, false, fn)
+}
+
+// fetchVersion fetches v's file and checks it against the manifest's
+// SHA-256.
+func (c *Client) fetchVersion(ctx context.Context, f *feedState, v feed.Version) ([]byte, error) {
 	data, _, _, err := c.fetch(ctx, f, v.File, c.cfg.Limits.FileBytes, validators{})
 	if errors.Is(err, fs.ErrNotExist) {
-		return fail(reasonFetch, fmt.Errorf("feed.json lists %s (version %d), which the directory does not have: %w", v.File, v.Version, err))
+		return nil, fail(reasonFetch, fmt.Errorf("feed.json lists %s (version %d), which the directory does not have: %w", v.File, v.Version, err))
 	}
 	if err != nil {
-		return fail(reasonFetch, err)
+		return nil, fail(reasonFetch, err)
 	}
 	sum := sha256.Sum256(data)
 	if got := hex.EncodeToString(sum[:]); got != v.SHA256 {
-		return fail(reasonChecksum, fmt.Errorf("%s: SHA-256 %s, feed.json says %s", v.File, got, v.SHA256))
+		return nil, fail(reasonChecksum, fmt.Errorf("%s: SHA-256 %s, feed.json says %s", v.File, got, v.SHA256))
 	}
+	return data, nil
+}
+
+// decodeVersion calls fn for each line of data, v's verified file, and
+// checks their number against v's entries. view passes lines that share
+// the decoder's buffers (feed.ScanLines): fn copies what it keeps.
+func (c *Client) decodeVersion(ctx context.Context, v feed.Version, data []byte, view bool, fn func(feed.Line) error) error {
 	n := 0
-	err = decodeFile(data, v.Type == feed.TypeDelta, c.cfg.Limits.DecompressedBytes, func(l feed.Line) error {
+	err := decodeFile(data, v.Type == feed.TypeDelta, c.cfg.Limits.DecompressedBytes, view, func(l feed.Line) error {
 		// A large snapshot takes seconds; shutting down should not wait.
 		if n++; n%65536 == 0 && ctx.Err() != nil {
 			return ctx.Err()
@@ -471,14 +656,18 @@ func (c *Client) readVersion(ctx context.Context, f *feedState, v feed.Version, 
 // decodeFile decompresses a snapshot or delta and parses its lines, failing
 // on anything short of a complete, valid file: a truncated or corrupt gzip
 // stream, a bad line, or more than maxBytes decompressed (errTooLarge).
-func decodeFile(data []byte, delta bool, maxBytes int64, fn func(feed.Line) error) error {
+func decodeFile(data []byte, delta bool, maxBytes int64, view bool, fn func(feed.Line) error) error {
 	zr, err := gzip.NewReader(bytes.NewReader(data))
 	if err != nil {
 		return fmt.Errorf("gzip: %w", err)
 	}
 	defer func() { _ = zr.Close() }()
 	cr := &capReader{r: zr, left: maxBytes}
-	err = feed.ReadLines(cr, delta, fn)
+	read := feed.ReadLines
+	if view {
+		read = feed.ScanLines
+	}
+	err = read(cr, delta, fn)
 	if cr.over {
 		// ReadLines may first report the line the cap cut in two.
 		return fmt.Errorf("more than %d bytes decompressed: %w", maxBytes, errTooLarge)

@@ -11,6 +11,7 @@ package sessions
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"sync/atomic"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/svc-pf/svc-pf/internal/readmodel"
 	"github.com/svc-pf/svc-pf/internal/session"
 	"github.com/svc-pf/svc-pf/internal/sessionindex"
+	"github.com/svc-pf/svc-pf/internal/sessionsnap"
 )
 
 // Config configures a Model: the follower's options, Bucket defaulting to
@@ -46,6 +48,7 @@ func New(cfg Config) (*Model, error) {
 		// the decoded session is garbage once applied.
 		Decode: session.Decode,
 		Model:  (*indexModel)(m),
+		Seed:   seed(opts),
 	})
 	if err != nil {
 		return nil, err
@@ -107,3 +110,22 @@ func (x *indexModel) Keys(yield func(string) bool) {
 }
 
 var _ readmodel.Model[*session.Session] = (*indexModel)(nil)
+
+// seed opens the IP Mapper's newest snapshot of the bucket (sessionsnap),
+// so that a cold start reads one object and the stream after it instead of
+// every message of the stream. Its records are the bucket's values,
+// decoded by the same rule as the stream's, so both paths load the same
+// index.
+func seed(opts readmodel.Options) func(context.Context) (*readmodel.Seed, error) {
+	return func(ctx context.Context) (*readmodel.Seed, error) {
+		snap, err := sessionsnap.Open(ctx, opts.JetStream, opts.Bucket)
+		if errors.Is(err, sessionsnap.ErrNone) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		return &readmodel.Seed{Sequence: snap.Sequence, StreamCreated: snap.StreamCreated, Taken: snap.Taken,
+			ValidFor: snap.ValidFor, Next: snap.Next, Close: snap.Close}, nil
+	}
+}

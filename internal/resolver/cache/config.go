@@ -20,6 +20,8 @@ import (
 //	  min_ttl: 1s         # TTLs below this are raised to it
 //	  max_ttl: 24h        # TTLs above this are lowered to it
 //	  negative_ttl: 1h    # longest life of a negative entry (0: not cached)
+//	  serve_stale: 24h    # how long past expiry an entry may still be served when the forwarders fail (0: off)
+//	  prefetch: 2         # hits in the last tenth of an entry's TTL that refresh it in the background (0: off)
 //
 // Defaults follow PowerDNS Recursor 4.8 where it has the same setting
 // (max-packetcache-entries, packetcache-ttl, packetcache-negative-ttl,
@@ -66,6 +68,11 @@ type PacketConfig struct {
 	// Shards is the number of writer locks, rounded up to a power of two;
 	// 0 picks 8 × GOMAXPROCS. Readers take no lock at all.
 	Shards int `yaml:"shards"`
+	// Prefetch is RecordConfig.Prefetch, which the resolver copies here:
+	// a packet-cache hit in the last tenth of its entry's life counts
+	// towards the refresh of the name's record (see Prefetch there). It is
+	// not a key of its own in the file.
+	Prefetch int `yaml:"-"`
 }
 
 // DefaultPacketConfig returns PowerDNS-like defaults, with a memory bound.
@@ -111,7 +118,42 @@ type RecordConfig struct {
 	// Shards is the number of locks, rounded up to a power of two; 0 picks
 	// 8 × GOMAXPROCS.
 	Shards int `yaml:"shards"`
+	// ServeStale is how long past its expiry an entry may still be served
+	// when the forwarders cannot answer (RFC 8767's maximum stale timer);
+	// 0 turns serve-stale off. Such an answer carries TTL StaleTTL. The
+	// default, one day, is the low end of RFC 8767's suggested one to
+	// three days: it carries a subscriber through an outage of the
+	// forwarders lasting a night, while an answer much older than that is
+	// more likely to have moved than to help. It costs no memory bound:
+	// expired entries still count in entries and are the first evicted
+	// when a shard is full, so a stale entry never pushes out a fresh one.
+	ServeStale time.Duration `yaml:"serve_stale"`
+	// Prefetch is how many hits an entry must get in the last tenth of its
+	// TTL (its own or, through the packet cache, its answers') for the
+	// resolver to ask the forwarders again in the background before it
+	// expires: a name asked that often is likely to be asked right after,
+	// and would otherwise make a client wait for the forwarders once per
+	// TTL. Hits are counted only in that last tenth, so the cache-hit path
+	// writes nothing the rest of the time. 0 turns prefetch off.
+	Prefetch int `yaml:"prefetch"`
 }
+
+// StaleTTL is the TTL of every record of a stale answer (RFC 8767 §4
+// recommends 30 s): short, so that clients come back for fresh data soon
+// after the forwarders do.
+const StaleTTL = 30
+
+// StaleRecheck is RFC 8767's failure recheck timer: after the forwarders
+// failed to refresh an entry, its stale data is served at once, without
+// asking them again, for this long.
+const StaleRecheck = 30 * time.Second
+
+// MaxServeStale bounds serve_stale: RFC 8767 suggests one to three days,
+// and an answer a week past its expiry is more likely wrong than useful.
+const MaxServeStale = 7 * 24 * time.Hour
+
+// MaxPrefetch bounds prefetch (the hit counter's width).
+const MaxPrefetch = 1 << 20
 
 // DefaultRecordConfig returns PowerDNS Recursor's defaults.
 func DefaultRecordConfig() RecordConfig {
@@ -120,6 +162,8 @@ func DefaultRecordConfig() RecordConfig {
 		MinTTL:      time.Second,
 		MaxTTL:      24 * time.Hour,
 		NegativeTTL: time.Hour,
+		ServeStale:  24 * time.Hour,
+		Prefetch:    2,
 	}
 }
 
@@ -132,11 +176,16 @@ func (c RecordConfig) Validate() error {
 		return fmt.Errorf("record_cache.shards: must be 0 to 65536, got %d", c.Shards)
 	case c.MinTTL > c.MaxTTL:
 		return fmt.Errorf("record_cache.min_ttl: %v is above max_ttl %v", c.MinTTL, c.MaxTTL)
+	case c.ServeStale > MaxServeStale:
+		return fmt.Errorf("record_cache.serve_stale: at most %v, got %v (0 turns serve-stale off)", MaxServeStale, c.ServeStale)
+	case c.Prefetch < 0 || c.Prefetch > MaxPrefetch:
+		return fmt.Errorf("record_cache.prefetch: must be 0 (off) to %d hits, got %d", MaxPrefetch, c.Prefetch)
 	}
 	return errors.Join(
 		checkTTL("record_cache.min_ttl", c.MinTTL, false),
 		checkTTL("record_cache.max_ttl", c.MaxTTL, true),
 		checkTTL("record_cache.negative_ttl", c.NegativeTTL, false),
+		checkTTL("record_cache.serve_stale", c.ServeStale, false),
 	)
 }
 

@@ -56,6 +56,11 @@ func TestConfigValidate(t *testing.T) {
 		{"no record entries", func(c *cache.Config) { c.Record.Entries = -5 }, "record_cache.entries"},
 		{"min above max", func(c *cache.Config) { c.Record.MinTTL = 2 * time.Hour; c.Record.MaxTTL = time.Hour }, "record_cache.min_ttl"},
 		{"negative negative_ttl", func(c *cache.Config) { c.Record.NegativeTTL = -time.Second }, "record_cache.negative_ttl"},
+		{"serve_stale over a week", func(c *cache.Config) { c.Record.ServeStale = 8 * 24 * time.Hour }, "record_cache.serve_stale"},
+		{"serve_stale fraction", func(c *cache.Config) { c.Record.ServeStale = 1500 * time.Millisecond }, "record_cache.serve_stale"},
+		{"negative serve_stale", func(c *cache.Config) { c.Record.ServeStale = -time.Second }, "record_cache.serve_stale"},
+		{"negative prefetch", func(c *cache.Config) { c.Record.Prefetch = -1 }, "record_cache.prefetch"},
+		{"serve_stale off", func(c *cache.Config) { c.Record.ServeStale = 0; c.Record.Prefetch = 0 }, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -19,6 +19,7 @@ type clientQuery struct {
 	qtype    uint16
 	edns, do bool
 	cd       bool
+	ad       bool
 }
 
 // parse packs and parses a client query, the way the server's fast path
@@ -29,6 +30,7 @@ func parse(t testing.TB, cq clientQuery) *dnswire.Query {
 	m.SetQuestion(cq.name, cq.qtype)
 	m.Id = 0x1234
 	m.CheckingDisabled = cq.cd
+	m.AuthenticatedData = cq.ad
 	if cq.edns {
 		m.SetEdns0(1232, cq.do)
 	}
@@ -109,6 +111,9 @@ func newRecord(t testing.TB, mod func(*cache.RecordConfig)) *cache.Record {
 	t.Helper()
 	cfg := cache.DefaultRecordConfig()
 	cfg.Entries = 1024
+	// Serve-stale and prefetch off unless a test turns them on
+	// (stale_test.go): the other tests are about fresh entries.
+	cfg.ServeStale, cfg.Prefetch = 0, 0
 	if mod != nil {
 		mod(&cfg)
 	}

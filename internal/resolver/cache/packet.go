@@ -2,6 +2,7 @@ package cache
 
 import (
 	"encoding/binary"
+	"fmt"
 	"hash/maphash"
 	"math/bits"
 	"runtime"
@@ -40,6 +41,11 @@ const (
 	// required: a reply to a query without EDNS must not carry an OPT
 	// (RFC 6891 §7), and one to a query with EDNS should.
 	KeyEDNS
+	// KeyAD: the client set AD without DO. An answer's AD bit goes only
+	// to clients asking with DO or AD (RFC 6840 section 5.7), so a
+	// DO-less query with AD has an answer of its own; with DO the bit
+	// changes nothing and is left out.
+	KeyAD
 )
 
 // PacketKey is the packet-cache key of one query: flags, type, class, the
@@ -76,7 +82,7 @@ func (k *PacketKey) Set(name []byte, qtype, qclass uint16, flags KeyFlags, finge
 }
 
 // SetQuery builds the key of a parsed query: its name, type and class, and
-// the EDNS, DO and CD bits.
+// the EDNS, DO, CD and AD bits (AD only without DO).
 func (k *PacketKey) SetQuery(q *dnswire.Query, fingerprint string) bool {
 	var f KeyFlags
 	if q.EDNS.Present {
@@ -87,6 +93,9 @@ func (k *PacketKey) SetQuery(q *dnswire.Query, fingerprint string) bool {
 	}
 	if q.Flags.Has(dnswire.FlagCD) {
 		f |= KeyCD
+	}
+	if q.Flags.Has(dnswire.FlagAD) && f&KeyDO == 0 {
+		f |= KeyAD
 	}
 	return k.Set(q.Name(), q.QType, q.QClass, f, fingerprint)
 }
@@ -144,6 +153,7 @@ type Packet struct {
 	shardBytes      int64  // 0: no byte bound
 
 	maxTTL, negativeTTL, servfailTTL uint32
+	prefetch                         uint32 // PacketConfig.Prefetch; 0: off
 
 	readersMu sync.Mutex
 	readers   []*readerCounters
@@ -184,6 +194,10 @@ type packetEntry struct {
 	keyLen uint16
 	ansLen uint16
 	offLen uint16
+	// warm counts the hits in the last tenth of the entry's life, for
+	// prefetch (prefetch.go). It sits in what was padding: the entry is
+	// still 64 bytes.
+	warm atomic.Uint32
 	// data is the key, the answer with TTLs clamped, the offsets of the
 	// answer's TTLs as big-endian uint16s, and the caller's note.
 	data []byte
@@ -243,6 +257,10 @@ func NewPacket(cfg PacketConfig) (*Packet, error) {
 		maxTTL:          seconds(cfg.MaxTTL),
 		negativeTTL:     seconds(cfg.NegativeTTL),
 		servfailTTL:     seconds(cfg.ServfailTTL),
+		prefetch:        uint32(cfg.Prefetch),
+	}
+	if cfg.Prefetch < 0 || cfg.Prefetch > MaxPrefetch {
+		return nil, fmt.Errorf("record_cache.prefetch: must be 0 (off) to %d hits, got %d", MaxPrefetch, cfg.Prefetch)
 	}
 	if cfg.MaxBytes > 0 {
 		c.shardBytes = cfg.MaxBytes / int64(shards)
@@ -280,7 +298,7 @@ func tagOf(h uint64) uint32 { return uint32(h >> 32) }
 // Get counts hits and misses in counters shared by every core that looks up
 // keys of the same shard; the UDP workers use a PacketReader each instead.
 func (c *Packet) Get(k *PacketKey, clientName []byte, now time.Time, dst []byte) (answer, note []byte, hit bool) {
-	dst, note, hit, si := c.lookup(k, clientName, now, dst)
+	dst, note, hit, _, si := c.lookup(k, clientName, now, dst)
 	if hit {
 		c.shards[si].hits.Add(1)
 	} else {
@@ -289,8 +307,9 @@ func (c *Packet) Get(k *PacketKey, clientName []byte, now time.Time, dst []byte)
 	return dst, note, hit
 }
 
-// lookup is Get without the counting; it also returns the shard.
-func (c *Packet) lookup(k *PacketKey, clientName []byte, now time.Time, dst []byte) ([]byte, []byte, bool, int) {
+// lookup is Get without the counting; it also returns the shard, and
+// whether the hit made the entry due for a prefetch (GetRefresh).
+func (c *Packet) lookup(k *PacketKey, clientName []byte, now time.Time, dst []byte) ([]byte, []byte, bool, bool, int) {
 	key := k.bytes()
 	h := maphash.Bytes(c.seed, key)
 	si, bi := c.locate(h)
@@ -312,14 +331,18 @@ func (c *Packet) lookup(k *PacketKey, clientName []byte, now time.Time, dst []by
 		if e.ref.Load() == 0 { // write only when it changes: the line stays shared
 			e.ref.Store(1)
 		}
+		refresh := false
+		if c.prefetch > 0 && inLastTenth(age, e.life) {
+			refresh = warmHit(&e.warm, c.prefetch) // not inlined: the hit path stays as small as it was
+		}
 		dst = append(dst[:0], e.answer()...)
 		if age >= int64(time.Second) {
 			ageTTLs(dst, e.offs(), uint32(age/int64(time.Second)))
 		}
 		dnswire.CopyQuestionCase(dst, clientName)
-		return dst, e.note(), true, si
+		return dst, e.note(), true, refresh, si
 	}
-	return dst[:0], nil, false, si
+	return dst[:0], nil, false, false, si
 }
 
 // PacketReader is one socket worker's handle on the cache: Get as
@@ -355,7 +378,18 @@ func (c *Packet) NewReader() *PacketReader {
 
 // Get is Packet.Get with the reader's own counters.
 func (r *PacketReader) Get(k *PacketKey, clientName []byte, now time.Time, dst []byte) (answer, note []byte, hit bool) {
-	dst, note, hit, _ = r.c.lookup(k, clientName, now, dst)
+	answer, note, hit, _ = r.GetRefresh(k, clientName, now, dst)
+	return answer, note, hit
+}
+
+// GetRefresh is Get, also reporting whether this hit made the entry due
+// for a prefetch: with PacketConfig.Prefetch set, the hit that brings the
+// entry's hits in the last tenth of its life to that many, once per entry.
+// The caller then refreshes the question's record in the background; the
+// entry itself is replaced when it expires and the next miss finds the
+// refreshed record.
+func (r *PacketReader) GetRefresh(k *PacketKey, clientName []byte, now time.Time, dst []byte) (answer, note []byte, hit, refresh bool) {
+	dst, note, hit, refresh, _ = r.c.lookup(k, clientName, now, dst)
 	// One writer: a load and a store, no locked instruction; atomic only so
 	// that Stats may read concurrently.
 	if hit {
@@ -363,7 +397,7 @@ func (r *PacketReader) Get(k *PacketKey, clientName []byte, now time.Time, dst [
 	} else {
 		r.counters.misses.Store(r.counters.misses.Load() + 1)
 	}
-	return dst, note, hit
+	return dst, note, hit, refresh
 }
 
 // NotCached says why Put did not store an answer. Most reasons are normal

@@ -33,18 +33,18 @@ func TestPacketGet(t *testing.T) {
 		wantTTLs []uint32
 	}{
 		{"same query", stored, "fpA", 0, true, []uint32{3600, 300}},
-		{"0x20 client", clientQuery{"wWw.ExAmPlE.cOm.", dns.TypeA, true, true, false}, "fpA", 0, true, []uint32{3600, 300}},
+		{"0x20 client", clientQuery{"wWw.ExAmPlE.cOm.", dns.TypeA, true, true, false, false}, "fpA", 0, true, []uint32{3600, 300}},
 		{"aged by whole seconds", stored, "fpA", 10*time.Second + 900*time.Millisecond, true, []uint32{3590, 290}},
 		{"last second", stored, "fpA", 299 * time.Second, true, []uint32{3301, 1}},
 		{"expired", stored, "fpA", 300 * time.Second, false, nil},
 		{"clock behind the insertion", stored, "fpA", -5 * time.Second, true, []uint32{3600, 300}},
-		{"DO differs", clientQuery{"www.example.com.", dns.TypeA, true, false, false}, "fpA", 0, false, nil},
-		{"no EDNS", clientQuery{"www.example.com.", dns.TypeA, false, false, false}, "fpA", 0, false, nil},
-		{"CD differs", clientQuery{"www.example.com.", dns.TypeA, true, true, true}, "fpA", 0, false, nil},
+		{"DO differs", clientQuery{"www.example.com.", dns.TypeA, true, false, false, false}, "fpA", 0, false, nil},
+		{"no EDNS", clientQuery{"www.example.com.", dns.TypeA, false, false, false, false}, "fpA", 0, false, nil},
+		{"CD differs", clientQuery{"www.example.com.", dns.TypeA, true, true, true, false}, "fpA", 0, false, nil},
 		{"other policy class", stored, "fpB", 0, false, nil},
 		{"no policy class", stored, "", 0, false, nil},
-		{"other type", clientQuery{"www.example.com.", dns.TypeAAAA, true, true, false}, "fpA", 0, false, nil},
-		{"other name", clientQuery{"ww.example.com.", dns.TypeA, true, true, false}, "fpA", 0, false, nil},
+		{"other type", clientQuery{"www.example.com.", dns.TypeAAAA, true, true, false, false}, "fpA", 0, false, nil},
+		{"other name", clientQuery{"ww.example.com.", dns.TypeA, true, true, false, false}, "fpA", 0, false, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -523,5 +523,27 @@ func TestPacketReaderCounts(t *testing.T) {
 	c.Get(key(t, q, "fp"), q.RawName(), t0, nil)
 	if s := c.Stats(); s.Hits != 3 || s.Misses != 1 {
 		t.Errorf("hits %d misses %d, want 3 and 1", s.Hits, s.Misses)
+	}
+}
+
+// TestPacketKeyAD: a DO-less query with AD has a key of its own (its
+// answer may carry AD, the same query without AD must not); with DO the AD
+// bit changes nothing.
+func TestPacketKeyAD(t *testing.T) {
+	k := func(cq clientQuery) string { return string(key(t, parse(t, cq), "fp").Append(nil)) }
+	plain := clientQuery{name: "www.example.com.", qtype: dns.TypeA, edns: true}
+	withAD := plain
+	withAD.ad = true
+	if k(plain) == k(withAD) {
+		t.Error("a DO-less query with AD shares the key of one without")
+	}
+	do, doAD := plain, withAD
+	do.do, doAD.do = true, true
+	if k(do) != k(doAD) {
+		t.Error("with DO, the AD bit splits the key")
+	}
+	noEDNS, noEDNSAD := clientQuery{name: "www.example.com.", qtype: dns.TypeA}, clientQuery{name: "www.example.com.", qtype: dns.TypeA, ad: true}
+	if k(noEDNS) == k(noEDNSAD) {
+		t.Error("a query without EDNS with AD shares the key of one without")
 	}
 }

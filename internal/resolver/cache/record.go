@@ -16,14 +16,47 @@ import (
 	"github.com/svc-pf/svc-pf/internal/resolver/dnswire"
 )
 
-// RecordKey names what the record cache holds: the answer to one question,
-// with or without DNSSEC records. Name is a fully qualified name in any
-// letter case; the cache lower-cases it.
+// RecordKey names what the record cache holds: the answer to one question
+// as the bits of the query that change it asked for it. Name is a fully
+// qualified name in any letter case; the cache lower-cases it.
 type RecordKey struct {
 	Name  string
 	Type  uint16
 	Class uint16
-	DO    bool
+	// DO: with DNSSEC records (RFC 3225).
+	DO bool
+	// CD: checking disabled (RFC 4035 section 3.2.2): a validating
+	// source may give such a query data it refuses to others (bogus
+	// data), which must not reach a client that did not set CD.
+	CD bool
+	// AD: the query set AD. An answer's AD bit goes only to a client
+	// asking with DO or AD (RFC 6840 section 5.7), and a validating
+	// source may validate only for those (PowerDNS's process mode): a
+	// DO-less query with AD and one without are answers of their own.
+	// With DO the bit changes nothing, and the cache ignores it.
+	AD bool
+}
+
+// recordFlags are a RecordKey's bits as the cache keys on them.
+type recordFlags uint8
+
+const (
+	flagDO recordFlags = 1 << iota
+	flagCD
+	flagAD
+)
+
+func (k RecordKey) flags() recordFlags {
+	var f recordFlags
+	if k.DO {
+		f |= flagDO
+	} else if k.AD {
+		f |= flagAD
+	}
+	if k.CD {
+		f |= flagCD
+	}
+	return f
 }
 
 // RecordAnswer is a record-cache hit: the upstream's answer and authority
@@ -39,8 +72,20 @@ type RecordAnswer struct {
 	Negative bool
 	Answer   []dns.RR
 	Ns       []dns.RR
-	// TTL is how many seconds the entry has left.
+	// TTL is how many seconds the entry has left; StaleTTL for a stale
+	// answer.
 	TTL uint32
+	// Refresh: this hit made the entry due for a prefetch (Get; see
+	// RecordConfig.Prefetch). It is reported once per entry: the caller
+	// asks the forwarders in the background and stores what they say.
+	Refresh bool
+	// Stale: the entry has expired and is served under serve_stale
+	// (GetStale); every TTL is StaleTTL.
+	Stale bool
+	// Failing: a refresh of the stale entry failed less than StaleRecheck
+	// ago (MarkFailed): serve it at once rather than ask the forwarders
+	// again.
+	Failing bool
 }
 
 // Record is the record cache and the negative cache: what the upstream said
@@ -57,6 +102,8 @@ type Record struct {
 	perShard int
 
 	minTTL, maxTTL, negativeTTL uint32
+	serveStale                  time.Duration
+	prefetch                    uint32
 
 	// packBufs are Put's packing scratch (*packScratch): the records are
 	// packed there, then copied once, at their length, into the entry.
@@ -83,7 +130,7 @@ type recordKey struct {
 	name   string
 	qtype  uint16
 	qclass uint16
-	do     bool
+	flags  recordFlags
 }
 
 // typeNXDomain is the type of a name-wide NXDOMAIN entry: type 0 is reserved
@@ -110,9 +157,19 @@ type recordEntry struct {
 	born     time.Time
 	life     time.Duration
 	lastUsed atomic.Int64 // Unix nanoseconds, for sampled LRU
+	// warm counts the hits in the last tenth of the entry's life
+	// (prefetch.go); failedAt is when a refresh of the expired entry last
+	// failed (Unix nanoseconds; 0: never), for StaleRecheck.
+	warm     atomic.Uint32
+	failedAt atomic.Int64
 }
 
 func (e *recordEntry) expired(now time.Time) bool { return now.Sub(e.born) >= e.life }
+
+// gone: expired more than serve_stale ago, never served again.
+func (e *recordEntry) gone(now time.Time, serveStale time.Duration) bool {
+	return now.Sub(e.born) >= e.life+serveStale
+}
 
 // NewRecord builds a record cache.
 func NewRecord(cfg RecordConfig) (*Record, error) {
@@ -135,6 +192,8 @@ func NewRecord(cfg RecordConfig) (*Record, error) {
 		minTTL:      seconds(cfg.MinTTL),
 		maxTTL:      seconds(cfg.MaxTTL),
 		negativeTTL: seconds(cfg.NegativeTTL),
+		serveStale:  cfg.ServeStale,
+		prefetch:    uint32(cfg.Prefetch),
 	}
 	for i := range c.shards {
 		c.shards[i].m = make(map[recordKey]*recordEntry)
@@ -156,7 +215,7 @@ func (c *Record) shard(name string) *recordShard {
 func (c *Record) Get(k RecordKey, now time.Time) (RecordAnswer, bool) {
 	name := dns.CanonicalName(k.Name) // allocates only when k.Name is not already canonical
 	sh := c.shard(name)
-	key := recordKey{name, k.Type, k.Class, k.DO}
+	key := recordKey{name, k.Type, k.Class, k.flags()}
 	sh.mu.RLock()
 	e := sh.m[key]
 	if (e == nil || e.expired(now)) && sh.nxNames > 0 {
@@ -189,7 +248,96 @@ func (c *Record) Get(k RecordKey, now time.Time) (RecordAnswer, bool) {
 		Answer:            answer,
 		Ns:                ns,
 		TTL:               uint32(e.life/time.Second) - elapsed, // ≥ 1: not expired
+		Refresh:           c.prefetch > 0 && inLastTenth(int64(age), int64(e.life)) && warmHit(&e.warm, c.prefetch),
 	}, true
+}
+
+// Holds reports whether a fresh entry answers k (its own, or the name's
+// NXDOMAIN), without counting a hit or unpacking it.
+func (c *Record) Holds(k RecordKey, now time.Time) bool {
+	name := dns.CanonicalName(k.Name)
+	sh := c.shard(name)
+	key := recordKey{name, k.Type, k.Class, k.flags()}
+	sh.mu.RLock()
+	defer sh.mu.RUnlock()
+	if e := sh.m[key]; e != nil && !e.expired(now) {
+		return true
+	}
+	if sh.nxNames > 0 {
+		key.qtype = typeNXDomain
+		if e := sh.m[key]; e != nil && !e.expired(now) {
+			return true
+		}
+	}
+	return false
+}
+
+// GetStale returns the entry for k (or the name's NXDOMAIN) that has
+// expired less than serve_stale ago, every TTL StaleTTL (RFC 8767): what
+// the resolver answers when the forwarders cannot. A fresh entry, one past
+// serve_stale, or serve_stale 0: false. Stale hits are not counted as
+// cache hits (the caller counts its stale answers).
+func (c *Record) GetStale(k RecordKey, now time.Time) (RecordAnswer, bool) {
+	if c.serveStale <= 0 {
+		return RecordAnswer{}, false
+	}
+	e := c.staleEntry(k, now)
+	if e == nil {
+		return RecordAnswer{}, false
+	}
+	answer, ns, ok := e.unpack(0)
+	if !ok {
+		return RecordAnswer{}, false
+	}
+	for _, rrs := range [...][]dns.RR{answer, ns} {
+		for _, rr := range rrs {
+			rr.Header().Ttl = StaleTTL
+		}
+	}
+	failed := e.failedAt.Load()
+	return RecordAnswer{
+		Rcode:             e.rcode,
+		AuthenticatedData: e.ad,
+		Negative:          e.negative,
+		Answer:            answer,
+		Ns:                ns,
+		TTL:               StaleTTL,
+		Stale:             true,
+		Failing:           failed != 0 && now.UnixNano()-failed < int64(StaleRecheck),
+	}, true
+}
+
+// staleEntry is the expired entry GetStale serves for k, or nil: the
+// question's own, else the name's NXDOMAIN.
+func (c *Record) staleEntry(k RecordKey, now time.Time) *recordEntry {
+	name := dns.CanonicalName(k.Name)
+	sh := c.shard(name)
+	key := recordKey{name, k.Type, k.Class, k.flags()}
+	usable := func(e *recordEntry) bool { return e != nil && e.expired(now) && !e.gone(now, c.serveStale) }
+	sh.mu.RLock()
+	defer sh.mu.RUnlock()
+	if e := sh.m[key]; usable(e) {
+		return e
+	} else if e != nil && !e.expired(now) {
+		return nil // fresh: Get's
+	}
+	if sh.nxNames > 0 {
+		key.qtype = typeNXDomain
+		if e := sh.m[key]; usable(e) {
+			return e
+		}
+	}
+	return nil
+}
+
+// MarkFailed records that the forwarders failed to refresh k's expired
+// entry at now: for StaleRecheck, GetStale reports it Failing, and the
+// resolver serves the stale data without asking them again (RFC 8767's
+// failure recheck timer). A Put of a new answer clears it.
+func (c *Record) MarkFailed(k RecordKey, now time.Time) {
+	if e := c.staleEntry(k, now); e != nil {
+		e.failedAt.Store(now.UnixNano())
+	}
 }
 
 // unpack returns new records for the entry's answer and authority
@@ -248,7 +396,7 @@ func (c *Record) Put(k RecordKey, m *dns.Msg, now time.Time) (uint32, error) {
 	if m.Truncated {
 		return 0, NotCachedTruncated
 	}
-	key := recordKey{name, k.Type, k.Class, k.DO}
+	key := recordKey{name, k.Type, k.Class, k.flags()}
 	e := &recordEntry{rcode: m.Rcode, ad: m.AuthenticatedData, born: now}
 	lo, hi, negative, err := c.ttlBounds(m)
 	if err != nil {
@@ -529,10 +677,12 @@ func (c *Record) removeIf(drop func(recordKey, *recordEntry) bool) int {
 	return n
 }
 
-// Sweep removes expired entries and returns how many; a server runs it
-// every minute or so to return their memory and keep the entry counts exact.
+// Sweep removes the entries expired more than serve_stale ago (all the
+// expired ones with serve_stale 0) and returns how many; a server runs it
+// every minute or so to return their memory and keep the entry counts
+// exact.
 func (c *Record) Sweep(now time.Time) int {
-	return c.removeIf(func(_ recordKey, e *recordEntry) bool { return e.expired(now) })
+	return c.removeIf(func(_ recordKey, e *recordEntry) bool { return e.gone(now, c.serveStale) })
 }
 
 // Flush removes the entries for a name (any case), or with subtree for the

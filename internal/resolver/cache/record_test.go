@@ -22,6 +22,55 @@ func upstream(t testing.TB, name string, qtype uint16, rcode int, answer, ns []d
 	return m
 }
 
+// TestRecordKeyADCD: an answer stored for a DO-less query is kept apart
+// for queries with and without AD (the AD bit it carries depends on it),
+// and apart for CD (a validating source gives CD queries data it refuses
+// to others); NXDOMAIN entries too.
+func TestRecordKeyADCD(t *testing.T) {
+	c := newRecord(t, nil)
+	key := func(ad, cd bool) cache.RecordKey {
+		return cache.RecordKey{Name: "www.example.com.", Type: dns.TypeA, Class: dns.ClassINET, AD: ad, CD: cd}
+	}
+	for _, k := range []cache.RecordKey{key(false, false), key(true, false), key(false, true)} {
+		data := "www.example.com. 300 IN A 192.0.2.1"
+		if k.CD {
+			data = "www.example.com. 300 IN A 192.0.2.66" // bogus data, for CD only
+		}
+		m := upstream(t, "www.example.com.", dns.TypeA, 0, []dns.RR{rr(t, data)}, nil)
+		m.AuthenticatedData = k.AD
+		if _, err := c.Put(k, m, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tt := range []struct {
+		k      cache.RecordKey
+		ad     bool
+		answer string
+	}{
+		{key(false, false), false, "192.0.2.1"},
+		{key(true, false), true, "192.0.2.1"},
+		{key(false, true), false, "192.0.2.66"},
+	} {
+		got, hit := c.Get(tt.k, t0)
+		if !hit || got.AuthenticatedData != tt.ad || got.Answer[0].(*dns.A).A.String() != tt.answer {
+			t.Errorf("%+v: hit %v AD %v %v; want AD %v %s", tt.k, hit, got.AuthenticatedData, got.Answer, tt.ad, tt.answer)
+		}
+	}
+	if _, hit := c.Get(key(true, true), t0); hit {
+		t.Error("AD+CD served an entry stored for another key")
+	}
+	nx := upstream(t, "nx.example.com.", dns.TypeA, dns.RcodeNameError, nil, []dns.RR{rr(t, "example.com. 300 IN SOA ns. h. 1 2 3 4 300")})
+	if _, err := c.Put(cache.RecordKey{Name: "nx.example.com.", Type: dns.TypeA, Class: dns.ClassINET, CD: true}, nx, t0); err != nil {
+		t.Fatal(err)
+	}
+	if _, hit := c.Get(cache.RecordKey{Name: "nx.example.com.", Type: dns.TypeAAAA, Class: dns.ClassINET}, t0); hit {
+		t.Error("an NXDOMAIN stored for CD served a query without CD")
+	}
+	if _, hit := c.Get(cache.RecordKey{Name: "nx.example.com.", Type: dns.TypeAAAA, Class: dns.ClassINET, CD: true}, t0); !hit {
+		t.Error("an NXDOMAIN stored for CD not served to another type with CD")
+	}
+}
+
 func TestRecordGet(t *testing.T) {
 	c := newRecord(t, func(c *cache.RecordConfig) { c.MinTTL, c.MaxTTL = 10*time.Second, time.Hour })
 	m := upstream(t, "www.example.com.", dns.TypeA, 0, []dns.RR{
@@ -49,6 +98,8 @@ func TestRecordGet(t *testing.T) {
 		{"aged", k, 4*time.Second + 500*time.Millisecond, true, []uint32{3596, 296, 6}},
 		{"expired", k, 10 * time.Second, false, nil},
 		{"DO differs", cache.RecordKey{Name: "www.example.com.", Type: dns.TypeA, Class: dns.ClassINET}, 0, false, nil},
+		{"AD beside DO changes nothing", cache.RecordKey{Name: "www.example.com.", Type: dns.TypeA, Class: dns.ClassINET, DO: true, AD: true}, 0, true, []uint32{3600, 300, 10}},
+		{"CD differs", cache.RecordKey{Name: "www.example.com.", Type: dns.TypeA, Class: dns.ClassINET, DO: true, CD: true}, 0, false, nil},
 		{"other type", cache.RecordKey{Name: "www.example.com.", Type: dns.TypeAAAA, Class: dns.ClassINET, DO: true}, 0, false, nil},
 		{"other class", cache.RecordKey{Name: "www.example.com.", Type: dns.TypeA, Class: dns.ClassCHAOS, DO: true}, 0, false, nil},
 	}

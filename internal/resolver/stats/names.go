@@ -112,6 +112,18 @@ func computed(name string, p promType, read func(*Counters, *reading) uint64, he
 	return def{name: name, help: help, prom: p, kind: kindRead, read: read}
 }
 
+// recursive is a statistic the recursor keeps (Config.Recursive): it
+// moves in recursive mode and reads 0 in forward mode.
+func recursive(name string, p promType, help string) def {
+	return def{name: name, help: help, prom: p, kind: kindRead,
+		read: func(c *Counters, _ *reading) uint64 {
+			if c.recursive == nil {
+				return 0
+			}
+			return c.recursive(name)
+		}}
+}
+
 func zero(name string, p promType, why, help string) def {
 	return def{name: name, help: help, prom: p, kind: kindZero, zero: why}
 }
@@ -119,9 +131,8 @@ func zero(name string, p promType, why, help string) def {
 // Reasons a statistic cannot move in svc-pf's resolver, a forwarder with
 // caches and no DNSSEC validation. The README lists the same.
 const (
-	whyRecursive = "state of a recursive engine (nameserver selection, throttling) that a forwarder does not have"
-	whyDNSSEC    = "no DNSSEC validation: the resolver passes the DO bit and the upstream's records through unvalidated"
-	whyDead      = "the EDNS PING draft was abandoned: PowerDNS 4.8 never counts it either, and the resolver sends no EDNS PING"
+	whyDNSSEC = "no DNSSEC validation: the resolver passes the DO bit and the upstream's records through unvalidated"
+	whyDead   = "the EDNS PING draft was abandoned: PowerDNS 4.8 never counts it either, and the resolver sends no EDNS PING"
 )
 
 // defs lists every statistic of the API in its order, which is byte order
@@ -153,16 +164,16 @@ var defs = [...]def{
 	upDown("concurrent-queries", ConcurrentQueries, "Queries being resolved now."),
 	zero("dlg-only-drops", promCounter, "delegation-only zones are a recursor feature (removed from PowerDNS in 4.5; 4.8 has no such statistic)", "Answers dropped by delegation-only zones (never counted)."),
 	counter("dnssec-queries", DNSSECQueries, "Queries received with the DO bit set."),
-	zero("dnssec-result-bogus", promCounter, whyDNSSEC, "Responses in the DNSSEC Bogus state (no validation)."),
-	zero("dnssec-result-indeterminate", promCounter, whyDNSSEC, "Responses in the DNSSEC Indeterminate state (no validation)."),
-	zero("dnssec-result-insecure", promCounter, whyDNSSEC, "Responses in the DNSSEC Insecure state (no validation)."),
-	zero("dnssec-result-nta", promCounter, whyDNSSEC, "Responses under a negative trust anchor (no validation)."),
-	zero("dnssec-result-secure", promCounter, whyDNSSEC, "Responses in the DNSSEC Secure state (no validation)."),
-	zero("dnssec-validations", promCounter, whyDNSSEC, "Responses for which a DNSSEC validation was asked for (no validation)."),
-	zero("dont-outqueries", promCounter, "no dont-query setting: the resolver only sends to its configured forwarders, which PowerDNS exempts from dont-query too", "Outgoing queries refused by dont-query (never counted)."),
+	recursive("dnssec-result-bogus", promCounter, "Responses in the DNSSEC Bogus state (recursive mode; 0 in forward mode: forwarded answers are not validated)."),
+	recursive("dnssec-result-indeterminate", promCounter, "Responses in the DNSSEC Indeterminate state (recursive mode; 0 in forward mode: forwarded answers are not validated)."),
+	recursive("dnssec-result-insecure", promCounter, "Responses in the DNSSEC Insecure state (recursive mode; 0 in forward mode: forwarded answers are not validated)."),
+	recursive("dnssec-result-nta", promCounter, "Responses under a negative trust anchor (recursive mode; 0 in forward mode: forwarded answers are not validated)."),
+	recursive("dnssec-result-secure", promCounter, "Responses in the DNSSEC Secure state (recursive mode; 0 in forward mode: forwarded answers are not validated)."),
+	recursive("dnssec-validations", promCounter, "Responses for which a DNSSEC validation was asked for (recursive mode; 0 in forward mode: forwarded answers are not validated)."),
+	recursive("dont-outqueries", promCounter, "Outgoing queries not sent because dont_query bars their server's address (recursive mode; 0 in forward mode, where only the configured forwarders are asked, which PowerDNS exempts too)."),
 	zero("edns-ping-matches", promCounter, whyDead, "Servers that sent a valid EDNS PING response (never counted)."),
 	zero("edns-ping-mismatches", promCounter, whyDead, "Servers that sent an invalid EDNS PING response (never counted)."),
-	zero("failed-host-entries", promGauge, whyRecursive, "Entries in the failed nameserver cache (none in a forwarder)."),
+	recursive("failed-host-entries", promGauge, "Authoritative servers that failed in the last minute and have not answered since (recursive mode; 0 in forward mode)."),
 	computed("fd-usage", promGauge, func(*Counters, *reading) uint64 { return openFDs() }, "Open file descriptors of the process."),
 	counter("ignored-packets", IgnoredPackets, "Non-query packets received on the DNS listeners."),
 	counter("ipv6-outqueries", IPv6Outqueries, "Outgoing UDP queries over IPv6."),
@@ -174,8 +185,8 @@ var defs = [...]def{
 	counter("noedns-outqueries", NoEDNSOutqueries, "Outgoing queries sent without EDNS."),
 	counter("noerror-answers", NoErrorAnswers, "NOERROR answers since starting."),
 	zero("noping-outqueries", promCounter, whyDead, "Outgoing queries without EDNS PING (never counted)."),
-	zero("nsset-invalidations", promCounter, whyRecursive, "Nameserver sets dropped because they stopped working (none in a forwarder)."),
-	zero("nsspeeds-entries", promGauge, whyRecursive, "Entries in the nameserver speeds map (none in a forwarder)."),
+	recursive("nsset-invalidations", promCounter, "Nameserver sets dropped because none of their servers worked (recursive mode; 0 in forward mode)."),
+	recursive("nsspeeds-entries", promGauge, "Entries in the nameserver speeds map (recursive mode; 0 in forward mode)."),
 	counter("nxdomain-answers", NXDomainAnswers, "NXDOMAIN answers since starting."),
 	counter("outgoing-timeouts", OutgoingTimeouts, "Outgoing queries that timed out."),
 	counter("outgoing4-timeouts", Outgoing4Timeouts, "Outgoing IPv4 queries that timed out."),
@@ -204,9 +215,9 @@ var defs = [...]def{
 	upDown("tcp-clients", TCPClients, "TCP client connections open now."),
 	counter("tcp-outqueries", TCPOutqueries, "Outgoing TCP queries since starting."),
 	counter("tcp-questions", TCPQuestions, "Queries received over TCP since starting."),
-	zero("throttle-entries", promGauge, whyRecursive, "Entries in the throttle map (none in a forwarder)."),
-	zero("throttled-out", promCounter, whyRecursive, "Outgoing queries suppressed by throttling (none in a forwarder)."),
-	zero("throttled-outqueries", promCounter, whyRecursive, "Outgoing queries suppressed by throttling (none in a forwarder)."),
+	recursive("throttle-entries", promGauge, "Servers throttled now (recursive mode; 0 in forward mode)."),
+	recursive("throttled-out", promCounter, "Outgoing queries not sent because their server was throttled (recursive mode; 0 in forward mode)."),
+	recursive("throttled-outqueries", promCounter, "The same count as throttled-out, under PowerDNS's second name for it."),
 	counter("too-old-drops", TooOldDrops, "Queries dropped because they waited too long before being handled."),
 	computed("udp-in-errors", promCounter, func(_ *Counters, r *reading) uint64 { return r.snmp().inErrors }, "UDP InErrors of the host (/proc/net/snmp)."),
 	computed("udp-noport-errors", promCounter, func(_ *Counters, r *reading) uint64 { return r.snmp().noPorts }, "UDP NoPorts of the host (/proc/net/snmp)."),

@@ -46,6 +46,13 @@ type Config struct {
 	CacheEntries       func() uint64
 	NegCacheEntries    func() uint64
 	PacketCacheEntries func() uint64
+	// Recursive reads a statistic the recursor keeps, by its PowerDNS
+	// name (dnssec-validations, dnssec-result-*, nsspeeds-entries,
+	// throttle-entries, failed-host-entries, throttled-out,
+	// throttled-outqueries, nsset-invalidations); nil (forward mode)
+	// reads 0. Same rules as
+	// CacheEntries.
+	Recursive func(name string) uint64
 	// Registerer, when set, gets the Prometheus collector.
 	Registerer prometheus.Registerer
 	// Version labels pdns_recursor_info, as PowerDNS's /metrics does.
@@ -82,6 +89,7 @@ type Counters struct {
 	now   func() time.Time
 
 	cacheEntries, negCacheEntries, packetCacheEntries func() uint64
+	recursive                                         func(string) uint64
 
 	// qa combines the shards' latency averages on read; see qaLatency.
 	qa struct {
@@ -187,6 +195,7 @@ func New(cfg Config) (*Counters, error) {
 		shards: make([]Shard, n), mask: uint(n - 1),
 		start: now(), now: now,
 		cacheEntries: cfg.CacheEntries, negCacheEntries: cfg.NegCacheEntries, packetCacheEntries: cfg.PacketCacheEntries,
+		recursive: cfg.Recursive,
 	}
 	for i := range c.shards {
 		c.shards[i].alpha = 1 / float64(size)

@@ -5,15 +5,19 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // Forwarder selection keeps, per forwarder, a smoothed RTT (an exponentially
 // weighted moving average, as PowerDNS keeps its "NS speeds") and a rest
-// period after failures. Each Exchange tries the forwarders that are not
-// resting, fastest first, then the resting ones, soonest back first: so a
-// dead forwarder costs a timeout now and then, never on every query, and a
-// query is never refused for want of a forwarder.
+// period after failures. Each Exchange tries the healthy forwarders first —
+// fastest first (StrategyFastest) or in the configured order
+// (StrategyOrdered) — then the failing ones, soonest back first. A failing
+// forwarder is not handed to a client query as a probe: a background probe
+// (set.go) brings it back. So a dead forwarder costs client queries one
+// timeout when it starts failing, not one now and then, and a query is
+// never refused for want of a forwarder.
 const (
 	// srttHalfLife makes an unused forwarder's RTT estimate shrink, halving
 	// every 10 s, so that a slower forwarder is measured again now and then
@@ -28,15 +32,20 @@ const (
 // forwarder is one configured upstream: its address, its health and its
 // idle connections.
 type forwarder struct {
-	addr  netip.AddrPort
-	ipv6  bool
-	index int // place in Config.Forwarders: the tie-break, so a fresh client follows the configured order
+	addr netip.AddrPort
+	ipv6 bool
+	c    *Client // for its probes; nil in unit tests of order
 
-	mu        sync.Mutex
-	srtt      time.Duration // smoothed RTT as of updated; zero until measured
-	updated   time.Time
-	fails     int       // consecutive failed attempts
-	restUntil time.Time // while in the future, try this forwarder after the others
+	mu         sync.Mutex
+	srtt       time.Duration // smoothed RTT as of updated; zero until measured
+	updated    time.Time
+	fails      int       // consecutive failed attempts (probes included); > 0: down
+	restUntil  time.Time // when the next probe goes out
+	probing    bool      // a probe is armed or in flight
+	probeTimer *time.Timer
+	retired    bool // left out by SetForwarders, or the client closed
+
+	answers, failures, timeouts, probes atomic.Uint64 // ForwarderStatus
 
 	udp connPool
 	tcp connPool
@@ -57,6 +66,12 @@ func (f *forwarder) decayedSRTT(now time.Time) time.Duration {
 
 // answered records a reply received rtt after the query was sent.
 func (f *forwarder) answered(now time.Time, rtt time.Duration) {
+	f.answers.Add(1)
+	f.revive(now, rtt)
+}
+
+// revive records an answer (a query's or a probe's): the forwarder is up.
+func (f *forwarder) revive(now time.Time, rtt time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.srtt == 0 || f.fails > 0 {
@@ -85,43 +100,43 @@ func (f *forwarder) failed(now time.Time, penalty time.Duration) {
 	f.fails++
 	rest := firstRest << min(f.fails-1, 5)
 	f.restUntil = now.Add(min(rest, maxRest))
+	f.scheduleProbe(now)
 }
 
 // order fills dst with the forwarders in the order an Exchange starting at
-// now tries them. A forwarder whose rest is over after failures is handed
-// to this Exchange as a probe and set to rest for probeHold more, so that
-// the queries arriving meanwhile do not all wait on it at once.
-func order(now time.Time, fwds []*forwarder, probeHold time.Duration, dst []*forwarder) []*forwarder {
+// now tries them: the healthy ones first, by the strategy (fastest: the
+// smallest smoothed RTT first; ordered: as configured; ties in the
+// configured order), then the failing ones, soonest back first (their
+// probes decide when they are healthy again).
+func order(now time.Time, fwds []*forwarder, s Strategy, dst []*forwarder) []*forwarder {
 	type candidate struct {
-		f       *forwarder
-		resting bool
-		key     time.Duration // srtt when not resting, time until back when resting
+		f    *forwarder
+		down bool
+		pos  int           // place in the configured order
+		key  time.Duration // healthy: srtt (fastest) or 0 (ordered); down: time until back
 	}
 	var stack [8]candidate
 	cands := stack[:0]
-	for _, f := range fwds {
+	for i, f := range fwds {
 		f.mu.Lock()
-		c := candidate{f: f}
+		c := candidate{f: f, pos: i}
 		switch {
-		case now.Before(f.restUntil):
-			c.resting, c.key = true, f.restUntil.Sub(now)
-		case f.fails > 0:
-			f.restUntil = now.Add(probeHold)
-			c.key = f.decayedSRTT(now)
-		default:
+		case f.fails > 0 || now.Before(f.restUntil):
+			c.down, c.key = true, max(f.restUntil.Sub(now), 0)
+		case s == StrategyFastest:
 			c.key = f.decayedSRTT(now)
 		}
 		f.mu.Unlock()
 		cands = append(cands, c)
 	}
 	less := func(a, b candidate) bool {
-		if a.resting != b.resting {
-			return !a.resting
+		if a.down != b.down {
+			return !a.down
 		}
 		if a.key != b.key {
 			return a.key < b.key
 		}
-		return a.f.index < b.f.index
+		return a.pos < b.pos
 	}
 	// Insertion sort: a handful of forwarders, and no allocation.
 	for i := 1; i < len(cands); i++ {

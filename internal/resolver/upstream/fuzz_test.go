@@ -128,11 +128,11 @@ func FuzzExchange(f *testing.F) {
 
 // referenceQuery is what appendQuery replaced: the message built as a
 // dns.Msg and packed by miekg/dns. appendQuery must write the same bytes.
-func referenceQuery(q *dns.Msg, udpSize uint16) ([]byte, error) {
+func referenceQuery(q *dns.Msg, udpSize uint16, rd bool) ([]byte, error) {
 	out := &dns.Msg{
 		MsgHdr: dns.MsgHdr{
 			Opcode:            dns.OpcodeQuery,
-			RecursionDesired:  true,
+			RecursionDesired:  rd,
 			CheckingDisabled:  q.CheckingDisabled,
 			AuthenticatedData: q.AuthenticatedData,
 		},
@@ -154,6 +154,7 @@ func FuzzAppendQuery(f *testing.F) {
 	f.Add("WwW.ExAmPlE.cOm.", uint16(dns.TypeAAAA), uint16(dns.ClassINET), uint16(4096), uint8(7))
 	f.Add(`a\.b\032c.\\x.`, uint16(dns.TypeTXT), uint16(dns.ClassCHAOS), uint16(512), uint8(2))
 	f.Add(".", uint16(dns.TypeNS), uint16(dns.ClassINET), uint16(1232), uint8(1))
+	f.Add("corp.example.", uint16(dns.TypeSOA), uint16(dns.ClassINET), uint16(1232), uint8(16))
 	f.Add("no-dot", uint16(dns.TypeA), uint16(dns.ClassINET), uint16(1232), uint8(0))
 	f.Add("a..b.", uint16(dns.TypeA), uint16(dns.ClassINET), uint16(1232), uint8(0))
 	f.Fuzz(func(t *testing.T, name string, qtype, qclass, udpSize uint16, bits uint8) {
@@ -163,8 +164,9 @@ func FuzzAppendQuery(f *testing.F) {
 		if bits&4 != 0 {
 			q.SetEdns0(4096, bits&8 != 0)
 		}
-		want, wantErr := referenceQuery(q, udpSize)
-		got, err := appendQuery(make([]byte, queryArea-2), q, udpSize)
+		rd := bits&16 == 0 // RD unless the client is an authoritative zone's
+		want, wantErr := referenceQuery(q, udpSize, rd)
+		got, err := appendQuery(make([]byte, queryArea-2), q, udpSize, rd)
 		if (err != nil) != (wantErr != nil) {
 			t.Fatalf("name %q: appendQuery err %v, miekg/dns err %v", name, err, wantErr)
 		}

@@ -21,8 +21,9 @@ const (
 // appendQuery writes the message sent upstream for q into buf (from its
 // start, within its length) and returns it: the caller's question exactly
 // as given (its letter case travels to the forwarder and back, so a
-// client's 0x20 case randomisation survives), RD set because forwarders are
-// recursive resolvers and we want the whole answer from them, the client's
+// client's 0x20 case randomisation survives), RD set when rd (forwarders are
+// recursive resolvers and we want the whole answer from them; an
+// authoritative server is asked without it), the client's
 // CD and AD bits (RFC 6840 §5.7, §5.9: asking for unvalidated data, and
 // saying the AD bit is understood), and an OPT record of our own carrying
 // our UDP payload size and the client's DO bit. The client's other EDNS
@@ -32,13 +33,16 @@ const (
 // The bytes are those miekg/dns packs for the same message (TestAppendQuery,
 // FuzzAppendQuery) but written in place: building a dns.Msg with an OPT and
 // packing it allocated several objects and a compression map per query.
-func appendQuery(buf []byte, q *dns.Msg, udpSize uint16) ([]byte, error) {
+func appendQuery(buf []byte, q *dns.Msg, udpSize uint16, rd bool) ([]byte, error) {
 	const optLen = 11 // root name, type, class, TTL, RDLENGTH
 	if len(buf) < headerLen+1+4+optLen {
 		return nil, dns.ErrBuf
 	}
 	qs := q.Question[0]
-	flags := uint16(flagRD)
+	var flags uint16
+	if rd {
+		flags = flagRD
+	}
 	if q.AuthenticatedData {
 		flags |= flagAD
 	}

@@ -124,7 +124,10 @@ func (ex *exchange) udp(f *forwarder) (*dns.Msg, error) {
 		}
 		rtt := received.Sub(sent)
 		if m != nil && isForwarderFailure(m.Rcode) {
+			f.failures.Add(1)
 			f.failed(received, 0)
+		} else if v == replyTruncated {
+			f.revive(received, rtt) // the answer is counted when TCP brings it
 		} else {
 			f.answered(received, rtt)
 		}
@@ -228,7 +231,10 @@ func (ex *exchange) tcpOnce(f *forwarder, mayReuse bool) (_ *dns.Msg, stale bool
 		}
 		c.metrics.Answer(f.ipv6, time.Since(sent))
 		if isForwarderFailure(m.Rcode) {
+			f.failures.Add(1)
 			f.failed(time.Now(), 0)
+		} else {
+			f.answers.Add(1) // the UDP attempt set its RTT, which a handshake would distort
 		}
 		if caseDiffers {
 			c.metrics.CaseMismatch()
@@ -263,10 +269,12 @@ func (ex *exchange) failed(f *forwarder, transport string, err error) error {
 	switch {
 	case isTimeout(err):
 		c.metrics.Timeout(f.ipv6)
+		f.timeouts.Add(1)
 		f.failed(time.Now(), c.timeout)
 		err = errTimeout
 	case isRemoteRefusal(err):
 		c.metrics.Unreachable()
+		f.failures.Add(1)
 		f.failed(time.Now(), c.timeout)
 	default:
 		c.metrics.ResourceLimit()

@@ -53,6 +53,11 @@ type Config struct {
 	// resolver's `forwarders` config key. At least one, at most
 	// MaxForwarders, no duplicates, no unspecified address or zero port.
 	Forwarders []netip.AddrPort
+	// Strategy is the order an Exchange asks the forwarders in (the
+	// resolver's `forwarder_strategy`): StrategyFastest (the zero value)
+	// or StrategyOrdered. Either way a failing forwarder goes after the
+	// healthy ones until a background probe finds it answering again.
+	Strategy Strategy
 	// Timeout bounds one attempt: waiting for one forwarder's answer over
 	// UDP, or, after a truncated one, over TCP (connecting included).
 	Timeout time.Duration
@@ -99,12 +104,27 @@ type Config struct {
 	NearMissMax int
 	// Metrics receives the counts; nil counts nothing.
 	Metrics Metrics
+	// Authoritative: the forwarders are a zone's authoritative servers,
+	// not recursive resolvers (a forward zone without recurse). Queries go
+	// out without RD, and only an answer with AA set is taken: a referral
+	// or any other answer without AA says the server is not the authority
+	// for that name, and the next forwarder is asked (the server's health
+	// is not charged: it answered). Probes ask ProbeName's SOA, which an
+	// authority answers, instead of ". NS", which it refuses.
+	Authoritative bool
+	// ProbeName is the name a background probe asks about: "" is the root
+	// (". NS"); a forward zone's client asks its zone (ProbeName SOA), as
+	// a server that serves one zone may refuse the root.
+	ProbeName string
 }
 
 // Client forwards queries to the configured forwarders. It is safe for
 // concurrent use; each in-flight query has its own socket.
 type Client struct {
-	fwds        []*forwarder
+	// set is the forwarders and the strategy; SetForwarders swaps it
+	// whole, and an Exchange reads it once, at its start.
+	set         atomic.Pointer[forwarderSet]
+	setMu       sync.Mutex // serialises SetForwarders
 	timeout     time.Duration
 	maxTime     time.Duration
 	rounds      int
@@ -115,6 +135,8 @@ type Client struct {
 	idleTimeout time.Duration
 	nearMissMax int
 	metrics     Metrics
+	auth        bool   // Config.Authoritative
+	probeName   string // Config.ProbeName, as a FQDN; "" the root
 
 	slots  chan struct{}
 	bufs   sync.Pool // *[]byte of bufLen: the query packet, then the UDP read buffer
@@ -141,16 +163,19 @@ func New(cfg Config) (*Client, error) {
 		idleTimeout: orDefault(cfg.IdleTimeout, DefaultIdleTimeout),
 		nearMissMax: orDefault(cfg.NearMissMax, DefaultNearMissMax),
 		metrics:     cfg.Metrics,
+		auth:        cfg.Authoritative,
+	}
+	if cfg.ProbeName != "" {
+		c.probeName = dns.Fqdn(cfg.ProbeName)
+		if _, ok := dns.IsDomainName(c.probeName); !ok {
+			return nil, fmt.Errorf("upstream: probe name %q is not a domain name", cfg.ProbeName)
+		}
 	}
 	if c.metrics == nil {
 		c.metrics = NopMetrics{}
 	}
 	maxInFlight := orDefault(cfg.MaxInFlight, DefaultMaxInFlight)
 	switch {
-	case len(cfg.Forwarders) == 0:
-		return nil, errors.New("upstream: no forwarders")
-	case len(cfg.Forwarders) > MaxForwarders:
-		return nil, fmt.Errorf("upstream: %d forwarders, at most %d", len(cfg.Forwarders), MaxForwarders)
 	case c.timeout < 0, c.maxTime < 0, c.rounds < 0, c.maxUDPUses < 0, c.maxIdleUDP < 0,
 		c.maxIdleTCP < 0, c.idleTimeout < 0, maxInFlight < 0:
 		return nil, errors.New("upstream: negative timeout, rounds, uses, idle or in-flight limit")
@@ -159,24 +184,11 @@ func New(cfg Config) (*Client, error) {
 	case c.udpSize < dns.MinMsgSize:
 		return nil, fmt.Errorf("upstream: UDP size %d under %d", c.udpSize, dns.MinMsgSize)
 	}
-	seen := make(map[netip.AddrPort]bool, len(cfg.Forwarders))
-	for i, ap := range cfg.Forwarders {
-		// A v4-mapped IPv6 address is the IPv4 forwarder it names: dialled
-		// and counted as IPv4.
-		ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
-		switch {
-		case !ap.IsValid() || ap.Port() == 0:
-			return nil, fmt.Errorf("upstream: forwarder %d: %q is not ip:port", i, cfg.Forwarders[i])
-		case ap.Addr().IsUnspecified() || ap.Addr().IsMulticast():
-			return nil, fmt.Errorf("upstream: forwarder %d: %s is not a unicast address", i, ap)
-		case ap.Addr().Zone() != "":
-			return nil, fmt.Errorf("upstream: forwarder %d: %s has a zone", i, ap)
-		case seen[ap]:
-			return nil, fmt.Errorf("upstream: forwarder %s given twice", ap)
-		}
-		seen[ap] = true
-		c.fwds = append(c.fwds, &forwarder{addr: ap, ipv6: ap.Addr().Is6(), index: i})
+	set, err := c.newSet(cfg.Forwarders, cfg.Strategy, nil)
+	if err != nil {
+		return nil, err
 	}
+	c.set.Store(set)
 	c.slots = make(chan struct{}, maxInFlight)
 	// A forwarder may answer up to our advertised size over UDP; 4 KiB at
 	// least, so that one overstepping a small advertised size a little is
@@ -201,9 +213,8 @@ func orDefault[T int | uint16 | time.Duration](v, def T) T {
 // theirs. Exchange then returns ErrClosed.
 func (c *Client) Close() error {
 	c.closed.Store(true)
-	for _, f := range c.fwds {
-		f.udp.close()
-		f.tcp.close()
+	for _, f := range c.set.Load().fwds {
+		f.retire()
 	}
 	return nil
 }
@@ -245,7 +256,7 @@ func (c *Client) Exchange(ctx context.Context, q *dns.Msg) (*dns.Msg, error) {
 	bufp := c.bufs.Get().(*[]byte)
 	defer c.bufs.Put(bufp)
 	buf := *bufp
-	packed, err := appendQuery(buf[2:queryArea], q, c.udpSize)
+	packed, err := appendQuery(buf[2:queryArea], q, c.udpSize, !c.auth)
 	if err != nil {
 		return nil, badQuery(err)
 	}
@@ -258,7 +269,8 @@ func (c *Client) Exchange(ctx context.Context, q *dns.Msg) (*dns.Msg, error) {
 	ex := exchange{c: c, ctx: ctx, wire: wire, want: &want, rbuf: buf[queryArea:], deadline: deadline}
 
 	var orderBuf [8]*forwarder
-	fwds := order(start, c.fwds, c.timeout, orderBuf[:0])
+	set := c.set.Load()
+	fwds := order(start, set.fwds, set.strategy, orderBuf[:0])
 	var gaveFailure uint64 // bit i: fwds[i] answered with a failure rcode
 	var lastErr error
 	attempts := 0
@@ -282,6 +294,14 @@ rounds:
 				lastErr = answeredFailure(f, ans.Rcode)
 				continue
 			}
+			if c.auth && !ans.Authoritative {
+				// A referral or a cached answer: not this server's zone
+				// data. It answered, so its health stays; another server
+				// of the zone may hold the name.
+				gaveFailure |= 1 << i
+				lastErr = notAuthoritative(f)
+				continue
+			}
 			ans.Id = q.Id
 			ans.Question = append(ans.Question[:0], q.Question[0])
 			return ans, nil
@@ -300,6 +320,11 @@ rounds:
 //
 //go:noinline
 func badQuery(err error) error { return fmt.Errorf("%w: %v", ErrBadQuery, err) }
+
+//go:noinline
+func notAuthoritative(f *forwarder) error {
+	return fmt.Errorf("%s answered without AA (not authoritative for the name)", f.addr)
+}
 
 //go:noinline
 func answeredFailure(f *forwarder, rcode int) error {

@@ -671,46 +671,45 @@ func TestNewValidates(t *testing.T) {
 func TestOrder(t *testing.T) {
 	now := time.Now()
 	mk := func(index int, srtt time.Duration, fails int, restUntil time.Time) *forwarder {
-		return &forwarder{index: index, srtt: srtt, updated: now, fails: fails, restUntil: restUntil}
+		return &forwarder{addr: netip.AddrPortFrom(netip.MustParseAddr("192.0.2.1"), uint16(index+1)), srtt: srtt,
+			updated: now, fails: fails, restUntil: restUntil}
 	}
 	names := func(fs []*forwarder) []int {
 		var out []int
 		for _, f := range fs {
-			out = append(out, f.index)
+			out = append(out, int(f.addr.Port())-1)
 		}
 		return out
 	}
 	tests := []struct {
-		name string
-		fwds []*forwarder
-		want []int
+		name    string
+		fwds    []*forwarder
+		fastest []int
+		ordered []int
 	}{
-		{"unmeasured: configured order", []*forwarder{mk(0, 0, 0, time.Time{}), mk(1, 0, 0, time.Time{})}, []int{0, 1}},
+		{"unmeasured: configured order", []*forwarder{mk(0, 0, 0, time.Time{}), mk(1, 0, 0, time.Time{})}, []int{0, 1}, []int{0, 1}},
 		{"fastest first", []*forwarder{mk(0, 30*time.Millisecond, 0, time.Time{}), mk(1, 5*time.Millisecond, 0, time.Time{}),
-			mk(2, 10*time.Millisecond, 0, time.Time{})}, []int{1, 2, 0}},
+			mk(2, 10*time.Millisecond, 0, time.Time{})}, []int{1, 2, 0}, []int{0, 1, 2}},
 		{"resting last, soonest back first", []*forwarder{mk(0, time.Millisecond, 1, now.Add(5*time.Second)),
-			mk(1, time.Second, 0, time.Time{}), mk(2, time.Millisecond, 2, now.Add(time.Second))}, []int{1, 2, 0}},
-		{"rest over: back by its estimate", []*forwarder{mk(0, 50*time.Millisecond, 0, time.Time{}),
-			mk(1, 5*time.Millisecond, 3, now.Add(-time.Second))}, []int{1, 0}},
+			mk(1, time.Second, 0, time.Time{}), mk(2, time.Millisecond, 2, now.Add(time.Second))}, []int{1, 2, 0}, []int{1, 2, 0}},
+		// Rest over, but no probe has answered yet: still after the healthy
+		// ones, whatever its estimate, so that no client query pays for
+		// finding out.
+		{"rest over, not probed back", []*forwarder{mk(0, 50*time.Millisecond, 0, time.Time{}),
+			mk(1, 5*time.Millisecond, 3, now.Add(-time.Second))}, []int{0, 1}, []int{0, 1}},
+		{"ordered: a slow first forwarder stays first", []*forwarder{mk(0, 300*time.Millisecond, 0, time.Time{}),
+			mk(1, time.Millisecond, 0, time.Time{})}, []int{1, 0}, []int{0, 1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := names(order(now, tt.fwds, time.Second, nil))
-			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
-				t.Errorf("order %v, want %v", got, tt.want)
+			if got := names(order(now, tt.fwds, StrategyFastest, nil)); fmt.Sprint(got) != fmt.Sprint(tt.fastest) {
+				t.Errorf("fastest: order %v, want %v", got, tt.fastest)
+			}
+			if got := names(order(now, tt.fwds, StrategyOrdered, nil)); fmt.Sprint(got) != fmt.Sprint(tt.ordered) {
+				t.Errorf("ordered: order %v, want %v", got, tt.ordered)
 			}
 		})
 	}
-	t.Run("a probe is handed out once per hold", func(t *testing.T) {
-		back := mk(0, time.Millisecond, 1, now.Add(-time.Millisecond))
-		other := mk(1, 50*time.Millisecond, 0, time.Time{})
-		if got := names(order(now, []*forwarder{back, other}, time.Second, nil)); got[0] != 0 {
-			t.Errorf("first order %v: the rested forwarder should be probed", got)
-		}
-		if got := names(order(now, []*forwarder{back, other}, time.Second, nil)); got[0] != 1 {
-			t.Errorf("second order %v: the probe is out, the other should go first", got)
-		}
-	})
 	t.Run("estimates decay", func(t *testing.T) {
 		f := mk(0, 80*time.Millisecond, 0, time.Time{})
 		f.updated = now.Add(-3 * srttHalfLife)
