@@ -19,8 +19,9 @@ import (
 
 const e2eRadiusSecret = "e2e-radius-secret"
 
-// radiusExchange sends one Accounting-Request from a NAS on 127.0.0.1 and
-// fails unless it is answered.
+// radiusExchange sends one Accounting-Request from a NAS on 127.0.0.1,
+// retransmitting it as a NAS would, and fails unless it is answered
+// within 30s.
 func radiusExchange(t testing.TB, to netip.AddrPort, status rfc2866.AcctStatusType, sid, user, ip string) {
 	t.Helper()
 	p := radius.New(radius.CodeAccountingRequest, []byte(e2eRadiusSecret))
@@ -41,14 +42,26 @@ func radiusExchange(t testing.TB, to netip.AddrPort, status rfc2866.AcctStatusTy
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, err := c.Write(b); err != nil {
-		t.Fatal(err)
-	}
-	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	// As a NAS does, the same request is sent again from the same port
+	// until it is answered: the server leaves a request it could not
+	// store unanswered (an IP Mapper that is still starting, a loaded
+	// machine), and answers a retransmission of a stored one again.
 	buf := make([]byte, 4096)
-	n, err := c.Read(buf)
-	if err != nil || !radius.IsAuthenticResponse(buf[:n], b, []byte(e2eRadiusSecret)) {
-		t.Fatalf("no valid Accounting-Response: %v", err)
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if _, err := c.Write(b); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
+		n, err := c.Read(buf)
+		if err == nil {
+			if !radius.IsAuthenticResponse(buf[:n], b, []byte(e2eRadiusSecret)) {
+				t.Fatalf("an answer that is not a valid Accounting-Response: % x", buf[:n])
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no Accounting-Response after 30s of retransmissions: %v", err)
+		}
 	}
 }
 
