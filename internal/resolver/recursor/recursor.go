@@ -302,7 +302,7 @@ func (r *Recursor) Resolve(ctx context.Context, q *dns.Msg) (*dns.Msg, dnssec.Re
 	}
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	st := &query{r: r, ctx: ctx, deadline: deadline, busy: map[string]bool{}}
+	st := &query{r: r, ctx: ctx, deadline: deadline}
 	res, err := st.resolve(name, qq.Qtype, 0)
 	do := false
 	if o := q.IsEdns0(); o != nil {
@@ -788,6 +788,9 @@ func (q *query) resolveNS(zone, n string, depth int) error {
 	}
 	if q.busy[n] {
 		return fmt.Errorf("%w: %s for %s", errCycle, n, zone)
+	}
+	if q.busy == nil {
+		q.busy = map[string]bool{} // made when needed: most misses resolve no nameserver
 	}
 	q.busy[n] = true
 	defer delete(q.busy, n)
