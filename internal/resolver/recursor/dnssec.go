@@ -211,7 +211,7 @@ func (q *query) keysFor(zone string) keyState {
 	q.keyBusy[zone] = true
 	defer delete(q.keyBusy, zone)
 	k := q.fetchKeys(zone)
-	if q.ctx.Err() != nil {
+	if q.err() != nil {
 		return k // not cached: the failure is the deadline's
 	}
 	ttl := min(keyTTL, q.r.cfg.MaxTTL)

@@ -232,7 +232,9 @@ func (r *Recursor) Close() error {
 
 // query is one Exchange's state: its bounds and what it has spent.
 type query struct {
-	r        *Recursor
+	r *Recursor
+	// ctx is the caller's; deadline is the earlier of its deadline and
+	// Config.MaxTime from the start: q.err says when either is over.
 	ctx      context.Context
 	deadline time.Time
 	sent     int
@@ -243,6 +245,19 @@ type query struct {
 	busy map[string]bool
 	// keyBusy holds the zones whose keys are being fetched up the stack.
 	keyBusy map[string]bool
+}
+
+// err is what the query's context's Err would be with the query's
+// deadline set on it: the caller's cancellation, or
+// context.DeadlineExceeded once the deadline is reached.
+func (q *query) err() error {
+	if err := q.ctx.Err(); err != nil {
+		return err
+	}
+	if !time.Now().Before(q.deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // result is the outcome of resolving one name and type.
@@ -300,8 +315,10 @@ func (r *Recursor) Resolve(ctx context.Context, q *dns.Msg) (*dns.Msg, dnssec.Re
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	ctx, cancel := context.WithDeadline(ctx, deadline)
-	defer cancel()
+	// The deadline is the query's own (q.err), not a context's: a
+	// context with a deadline costs a timer and four allocations per
+	// miss, and nothing waits on its Done: each network wait has the
+	// deadline set on its socket.
 	st := &query{r: r, ctx: ctx, deadline: deadline}
 	res, err := st.resolve(name, qq.Qtype, 0)
 	do := false
@@ -477,7 +494,7 @@ func (q *query) resolveOne(name string, qtype uint16, depth int) (result, error)
 			// empty non-terminal) means asking the full name instead,
 			// as unbound's relaxed mode does.
 			switch {
-			case err != nil && (errors.Is(err, errTooManyQueries) || q.ctx.Err() != nil):
+			case err != nil && (errors.Is(err, errTooManyQueries) || q.err() != nil):
 				return result{}, fmt.Errorf("%s (zone %s): %w", name, zone, err)
 			case err != nil || j.kind == kindNXDomain:
 				m.on = false
@@ -492,7 +509,7 @@ func (q *query) resolveOne(name string, qtype uint16, depth int) (result, error)
 		}
 		if err != nil {
 			if fz == nil && zone != "." && !errors.Is(err, errTooManyQueries) && !errors.Is(err, errDontQuery) &&
-				q.ctx.Err() == nil && r.infra.dropDeleg(zone) {
+				q.err() == nil && r.infra.dropDeleg(zone) {
 				// None of the zone's servers worked: forget its NS
 				// set, so that the next resolution asks the parent
 				// again (it may have moved), as PowerDNS does. A set
@@ -514,8 +531,11 @@ func (q *query) resolveOne(name string, qtype uint16, depth int) (result, error)
 					pz = o
 				}
 			}
+			// The part's SOA is the reply's own record, not a copy:
+			// nothing changes it (the negative cache keeps it too, and
+			// copies it for each answer; the validator reads it).
 			p = &part{zone: pz, kind: j.kind, qname: name, qtype: qtype, end: j.end,
-				answer: fixCase(j.answer), sigs: j.sigs, proof: j.proof, soa: copySOA(j.soa)}
+				answer: fixCase(j.answer), sigs: j.sigs, proof: j.proof, soa: j.soa}
 			j.answer = p.answer
 		}
 		parts := func() []*part {
@@ -677,7 +697,7 @@ func (q *query) askZone(zone string, names []string, fz *forwardZone, name strin
 				resolved[n] = true
 				if err := q.resolveNS(zone, n, depth); err != nil {
 					lastErr = err
-					if errors.Is(err, errTooManyQueries) || q.ctx.Err() != nil {
+					if errors.Is(err, errTooManyQueries) || q.err() != nil {
 						return judged{}, err
 					}
 					continue
@@ -725,7 +745,7 @@ func (q *query) askZone(zone string, names []string, fz *forwardZone, name strin
 				timedOut = append(timedOut, a)
 			}
 			lastErr = err
-			if errors.Is(err, errTooManyQueries) || q.ctx.Err() != nil {
+			if errors.Is(err, errTooManyQueries) || q.err() != nil {
 				return judged{}, err
 			}
 		}
@@ -804,7 +824,7 @@ func (q *query) resolveNS(zone, n string, depth int) error {
 		res, err := q.resolve(n, t, depth+1)
 		if err != nil {
 			lastErr = err
-			if errors.Is(err, errTooManyQueries) || q.ctx.Err() != nil {
+			if errors.Is(err, errTooManyQueries) || q.err() != nil {
 				return err
 			}
 			continue
@@ -853,7 +873,7 @@ func (q *query) askServer(zone string, a netip.Addr, fz *forwardZone, name strin
 	if q.sent >= r.cfg.MaxQueries {
 		return judged{}, fmt.Errorf("%w (%d)", errTooManyQueries, r.cfg.MaxQueries)
 	}
-	if err := q.ctx.Err(); err != nil {
+	if err := q.err(); err != nil {
 		return judged{}, err
 	}
 	edns := !r.infra.wantsNoEDNS(time.Now(), a)
@@ -862,7 +882,7 @@ func (q *query) askServer(zone string, a netip.Addr, fz *forwardZone, name strin
 		ap, rd = netip.AddrPortFrom(a, fz.port[a]), fz.recurse
 	}
 	reply, rtt, err := q.ask(ap, rd, name, qtype, edns)
-	if err != nil && edns && errors.Is(err, errTimeout) && q.ctx.Err() == nil && q.sent < r.cfg.MaxQueries &&
+	if err != nil && edns && errors.Is(err, errTimeout) && q.err() == nil && q.sent < r.cfg.MaxQueries &&
 		r.infra.firstEDNSTimeout(a) {
 		// Some servers (and firewalls before them) drop queries with
 		// EDNS. A server that never answered one and times out the
@@ -876,7 +896,7 @@ func (q *query) askServer(zone string, a netip.Addr, fz *forwardZone, name strin
 		}
 	}
 	if err != nil {
-		if q.ctx.Err() == nil {
+		if q.err() == nil {
 			r.infra.failed(time.Now(), a, r.cfg.Timeout)
 		}
 		return judged{}, err

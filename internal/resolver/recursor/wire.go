@@ -115,7 +115,7 @@ func (q *query) udp(ap netip.AddrPort, packed []byte, m *dns.Msg, deadline time.
 	defer r.bufs.Put(bufp)
 	buf := *bufp
 	for {
-		if err := q.ctx.Err(); err != nil {
+		if err := q.err(); err != nil {
 			return nil, err
 		}
 		n, err := c.Read(buf)
@@ -216,7 +216,7 @@ func (q *query) check(pkt []byte, m *dns.Msg) *dns.Msg {
 // the caller's cancellation.
 func (q *query) netErr(ap netip.AddrPort, err error) error {
 	r := q.r
-	if cerr := q.ctx.Err(); cerr != nil {
+	if cerr := q.err(); cerr != nil {
 		return cerr
 	}
 	var ne net.Error
