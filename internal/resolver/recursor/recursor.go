@@ -486,6 +486,23 @@ func (q *query) resolveOne(name string, qtype uint16, depth int) (result, error)
 	m := minimiser{on: !r.cfg.NoQNAMEMinimisation && (fz == nil || !fz.recurse)}
 	for {
 		qn, qt := m.next(zone, name, qtype)
+		if qn != name {
+			// A minimised question answered before (a NODATA: an
+			// empty non-terminal, or a name without the type, kept
+			// as the answer to that question) is not asked again:
+			// every new name under a wildcard below an empty
+			// non-terminal would otherwise cost two queries. At worst
+			// (the name is a cut after all) the full name asked here
+			// brings the referral.
+			if _, nx, ok := r.infra.getNeg(time.Now(), qn, qt); ok {
+				if nx {
+					m.on = false
+				} else {
+					m.deeper()
+				}
+				continue
+			}
+		}
 		j, err := q.askZone(zone, names, fz, qn, qt, depth)
 		if qn != name {
 			// A minimised question only finds the cuts. Anything
@@ -503,6 +520,12 @@ func (q *query) resolveOne(name string, qtype uint16, depth int) (result, error)
 				zone, names, fz = j.deleg.zone, j.deleg.names, nil
 				m.reset()
 			default:
+				if j.kind == kindNoData {
+					// Kept as the answer to qn/qt, with its proof
+					// for a later validation, as if it had been asked.
+					now := time.Now()
+					r.infra.putNeg(now, negKey{j.end, qt}, j.soa, q.newPart(zone, fz, j, qn, qt))
+				}
 				m.deeper()
 			}
 			continue
@@ -521,22 +544,11 @@ func (q *query) resolveOne(name string, qtype uint16, depth int) (result, error)
 		}
 		now := time.Now()
 		var p *part
-		if r.sec.mode != ModeOff && j.kind != kindReferral {
-			pz := zone
-			if fz != nil && fz.recurse && j.soa != nil {
-				// A recursive forwarder answers for the zones below
-				// the forward zone too: a denial is checked with the
-				// keys of the zone whose SOA it carries.
-				if o := strings.ToLower(j.soa.Hdr.Name); dnssec.IsSubDomain(zone, o) {
-					pz = o
-				}
+		if j.kind != kindReferral {
+			p = q.newPart(zone, fz, j, name, qtype)
+			if p != nil {
+				j.answer = p.answer
 			}
-			// The part's SOA is the reply's own record, not a copy:
-			// nothing changes it (the negative cache keeps it too, and
-			// copies it for each answer; the validator reads it).
-			p = &part{zone: pz, kind: j.kind, qname: name, qtype: qtype, end: j.end,
-				answer: fixCase(j.answer), sigs: j.sigs, proof: j.proof, soa: j.soa}
-			j.answer = p.answer
 		}
 		parts := func() []*part {
 			if p == nil {
@@ -571,6 +583,28 @@ func (q *query) resolveOne(name string, qtype uint16, depth int) (result, error)
 			return result{rcode: dns.RcodeSuccess, answer: ans, parts: parts()}, nil
 		}
 	}
+}
+
+// newPart is what zone's reply j to name/qtype gives the validator, or nil
+// with DNSSEC off.
+func (q *query) newPart(zone string, fz *forwardZone, j judged, name string, qtype uint16) *part {
+	if q.r.sec.mode == ModeOff {
+		return nil
+	}
+	pz := zone
+	if fz != nil && fz.recurse && j.soa != nil {
+		// A recursive forwarder answers for the zones below the forward
+		// zone too: a denial is checked with the keys of the zone whose
+		// SOA it carries.
+		if o := strings.ToLower(j.soa.Hdr.Name); dnssec.IsSubDomain(zone, o) {
+			pz = o
+		}
+	}
+	// The part's SOA is the reply's own record, not a copy: nothing
+	// changes it (the negative cache keeps it too, and copies it for each
+	// answer; the validator reads it).
+	return &part{zone: pz, kind: j.kind, qname: name, qtype: qtype, end: j.end,
+		answer: fixCase(j.answer), sigs: j.sigs, proof: j.proof, soa: j.soa}
 }
 
 // prime asks the hints' servers for the root's NS set and keeps it, with
