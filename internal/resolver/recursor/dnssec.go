@@ -337,7 +337,7 @@ func groupRRsets(sets [][]dns.RR, buf []dns.RR, rrs []dns.RR) [][]dns.RR {
 	if cap(buf)-len(buf) < n {
 		buf = make([]dns.RR, 0, n)
 	}
-	buf = buf[len(buf):len(buf)]
+	buf = buf[len(buf):]
 	base := len(sets) // the sets made here start there
 	taken := 0        // records of rrs placed so far
 	for taken < n {
