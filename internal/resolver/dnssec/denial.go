@@ -1,6 +1,8 @@
 package dnssec
 
 import (
+	"crypto/sha1"
+	"encoding/base32"
 	"slices"
 	"strings"
 
@@ -49,6 +51,23 @@ func nsecCovers(n *dns.NSEC, name string) bool {
 }
 
 func split(proof []dns.RR) (nsec []*dns.NSEC, nsec3 []*dns.NSEC3) {
+	// Counted first, so that each slice is made once at its size: every
+	// validated denial comes here.
+	n, n3 := 0, 0
+	for _, rr := range proof {
+		switch rr.(type) {
+		case *dns.NSEC:
+			n++
+		case *dns.NSEC3:
+			n3++
+		}
+	}
+	if n > 0 {
+		nsec = make([]*dns.NSEC, 0, n)
+	}
+	if n3 > 0 {
+		nsec3 = make([]*dns.NSEC3, 0, n3)
+	}
 	for _, rr := range proof {
 		switch x := rr.(type) {
 		case *dns.NSEC:
@@ -203,33 +222,51 @@ func denyNSEC3(kind int, qname string, qtype uint16, zone string, nsec3 []*dns.N
 	}
 	// All records of a proof use the zone's parameters (RFC 5155 section
 	// 7.2): those of the first; others are ignored. Each name is hashed
-	// once.
+	// once: a proof hashes three names at most (the closest encloser,
+	// the next closer name, the wildcard), kept in a few slots rather
+	// than a map.
 	p := nsec3[0]
-	hashes := map[string]string{}
+	type hashed struct{ name, hash string }
+	var memo [4]hashed
+	nmemo := 0
 	salt := strings.ToUpper(p.Salt)
 	hash := func(name string) string {
-		h, ok := hashes[name]
-		if ok {
-			return h
+		for _, m := range memo[:nmemo] {
+			if m.name == name {
+				return m.hash
+			}
 		}
+		var h string
+		ok := false
 		if hc != nil {
 			h, ok = hc.NSEC3Hash(name, salt, p.Iterations)
 		}
 		if !ok {
-			h = dns.HashName(name, p.Hash, p.Iterations, p.Salt)
+			h = nsec3Hash(name, p.Hash, p.Iterations, p.Salt)
 			if hc != nil && name != qname {
 				// The name asked is new each time (a random label
 				// misses every cache); its ancestors are not.
 				hc.AddNSEC3Hash(name, salt, p.Iterations, h)
 			}
 		}
-		hashes[name] = h
+		if nmemo < len(memo) {
+			memo[nmemo] = hashed{name, h}
+			nmemo++
+		}
 		return h
 	}
-	same := nsec3[:0:0]
+	same := nsec3
 	for _, n := range nsec3 {
-		if n.Hash == p.Hash && n.Iterations == p.Iterations && strings.EqualFold(n.Salt, p.Salt) {
-			same = append(same, n)
+		if !sameParams(n, p) {
+			same = nil
+			break
+		}
+	}
+	if same == nil {
+		for _, n := range nsec3 {
+			if sameParams(n, p) {
+				same = append(same, n)
+			}
 		}
 	}
 	match := func(name string) *dns.NSEC3 {
@@ -260,19 +297,21 @@ func denyNSEC3(kind int, qname string, qtype uint16, zone string, nsec3 []*dns.N
 		}
 	}
 	// Closest encloser proof (RFC 5155 section 8.3): an ancestor that
-	// matches, and the next closer name covered.
-	labels := dns.SplitDomainName(qname)
+	// matches, and the next closer name covered. Ancestors are suffixes
+	// of qname, taken in place from its labels' offsets.
+	var offStack [128]int
+	offs := labelOffsets(offStack[:0], qname)
 	ce, next := "", ""
-	for i := 1; i <= len(labels); i++ {
+	for i := 1; i <= len(offs); i++ {
 		anc := "."
-		if i < len(labels) {
-			anc = strings.Join(labels[i:], ".") + "."
+		if i < len(offs) {
+			anc = qname[offs[i]:]
 		}
 		if !IsSubDomain(zone, anc) {
 			break
 		}
 		if match(anc) != nil {
-			ce, next = anc, strings.Join(labels[i-1:], ".")+"."
+			ce, next = anc, qname[offs[i-1]:]
 			break
 		}
 	}
@@ -313,8 +352,9 @@ func denyNSEC3(kind int, qname string, qtype uint16, zone string, nsec3 []*dns.N
 // exist.
 func Expanded(qname string, sigLabels uint8, zone string, proof []dns.RR) Result {
 	qname = strings.ToLower(dns.Fqdn(qname))
-	labels := dns.SplitDomainName(qname)
-	if int(sigLabels) >= len(labels) {
+	var offStack [128]int
+	offs := labelOffsets(offStack[:0], qname)
+	if int(sigLabels) >= len(offs) {
 		return ok
 	}
 	nsec, nsec3 := split(proof)
@@ -326,32 +366,54 @@ func Expanded(qname string, sigLabels uint8, zone string, proof []dns.RR) Result
 		}
 		return bogus(dns.ExtendedErrorCodeNSECMissing, "no NSEC proves %s absent for its wildcard answer", qname)
 	}
-	next := strings.Join(labels[len(labels)-int(sigLabels)-1:], ".") + "."
+	next := qname[offs[len(offs)-int(sigLabels)-1]:]
+	var last *dns.NSEC3 // the parameters h was computed with
+	h := ""
 	for _, n := range nsec3 {
 		if n.Iterations > MaxNSEC3Iterations {
 			return insecure("NSEC3 with %d iterations", n.Iterations)
 		}
-		if n.Hash == dns.SHA1 && nsec3Covers(n, next) {
+		if n.Hash != dns.SHA1 {
+			continue
+		}
+		off, _ := dns.NextLabel(n.Hdr.Name, 0)
+		if off == 0 || !IsSubDomain(n.Hdr.Name[off:], next) {
+			continue
+		}
+		if last == nil || !sameParams(n, last) {
+			last, h = n, nsec3Hash(next, n.Hash, n.Iterations, n.Salt)
+		}
+		if nsec3CoversHash(n, h) {
 			return ok
 		}
 	}
 	return bogus(dns.ExtendedErrorCodeNSECMissing, "no NSEC3 proves %s absent for the wildcard answer of %s", next, qname)
 }
 
-// nsec3Covers says whether name's hash sorts strictly between an NSEC3
-// record's owner hash and its next hash (wrapping at the end of the
-// chain). miekg/dns's Cover also counts the owner's own hash as covered,
-// which would let the record of an existing name deny it.
-func nsec3Covers(n *dns.NSEC3, name string) bool {
-	off, _ := dns.NextLabel(n.Hdr.Name, 0)
-	if off == 0 || !IsSubDomain(n.Hdr.Name[off:], name) {
-		return false
-	}
-	return nsec3CoversHash(n, dns.HashName(name, n.Hash, n.Iterations, n.Salt))
+// sameParams: n uses p's hash algorithm, iterations and salt.
+func sameParams(n, p *dns.NSEC3) bool {
+	return n.Hash == p.Hash && n.Iterations == p.Iterations && strings.EqualFold(n.Salt, p.Salt)
 }
 
-// nsec3CoversHash is nsec3Covers for a hash already computed with the
-// record's parameters (the caller checked the zone).
+// labelOffsets appends to offs the offset in name of each of its labels,
+// as dns.Split gives them (none for the root).
+func labelOffsets(offs []int, name string) []int {
+	if name == "." || name == "" {
+		return offs
+	}
+	offs = append(offs, 0)
+	for off, end := dns.NextLabel(name, 0); !end; off, end = dns.NextLabel(name, off) {
+		offs = append(offs, off)
+	}
+	return offs
+}
+
+// nsec3CoversHash says whether a hash (of a name, computed with the
+// record's parameters; the caller checked the name is in the record's
+// zone) sorts strictly between an NSEC3 record's owner hash and its next
+// hash (wrapping at the end of the chain). miekg/dns's Cover also counts
+// the owner's own hash as covered, which would let the record of an
+// existing name deny it.
 func nsec3CoversHash(n *dns.NSEC3, h string) bool {
 	off, _ := dns.NextLabel(n.Hdr.Name, 0)
 	if off == 0 {
@@ -389,4 +451,69 @@ func cmpUpper(a, b string) int {
 		}
 	}
 	return len(a) - len(b)
+}
+
+// base32Hex is NSEC3's encoding of hashes: RFC 4648's "extended hex"
+// alphabet, upper case, no padding (a SHA-1 hash is 20 bytes, 32
+// characters).
+var base32Hex = base32.HexEncoding.WithPadding(base32.NoPadding)
+
+// nsec3Hash is dns.HashName (RFC 5155 section 5: the name in wire format,
+// lower case, hashed with the salt, then the hash with the salt,
+// iterations times more) with its work on the stack: miekg/dns makes the
+// salt, the name's wire form, each round's hash and the encoding new
+// slices; here only the result's string is allocated. The name's letters
+// are lowered in wire form (RFC 4034 section 6.2), so an escaped capital
+// (\065) is lowered too, which HashName, lowering the text, leaves. ""
+// when name or salt cannot be encoded, or for an algorithm other than
+// SHA-1.
+func nsec3Hash(name string, alg uint8, iterations uint16, salt string) string {
+	if alg != dns.SHA1 || len(salt)%2 != 0 || len(salt) > 2*255 {
+		return ""
+	}
+	var buf [255 + 255]byte
+	n, err := dns.PackDomainName(name, buf[:255], 0, nil, false)
+	if err != nil {
+		return ""
+	}
+	for i, c := range buf[:n] {
+		if 'A' <= c && c <= 'Z' {
+			buf[i] = c + 'a' - 'A'
+		}
+	}
+	// The name's labels' lengths are bytes below 64, never letters: the
+	// loop above only lowers the labels' text.
+	var sb [255]byte
+	sl := len(salt) / 2
+	for i := range sl {
+		hi, ok1 := fromHex(salt[2*i])
+		lo, ok2 := fromHex(salt[2*i+1])
+		if !ok1 || !ok2 {
+			return ""
+		}
+		sb[i] = hi<<4 | lo
+	}
+	copy(buf[n:], sb[:sl])
+	h := sha1.Sum(buf[:n+sl])
+	for range iterations {
+		copy(buf[:sha1.Size], h[:])
+		copy(buf[sha1.Size:], sb[:sl])
+		h = sha1.Sum(buf[:sha1.Size+sl])
+	}
+	var out [32]byte
+	base32Hex.Encode(out[:], h[:])
+	return string(out[:])
+}
+
+// fromHex is one hex digit's value.
+func fromHex(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
 }

@@ -75,8 +75,9 @@ const (
 // keyState is a zone's place in the chain of trust: secure with its keys,
 // insecure, bogus (why), or indeterminate (no anchor above it).
 type keyState struct {
-	res    dnssec.Result
-	keys   []*dns.DNSKEY
+	res dnssec.Result
+	// keys: the zone keys, with their tags computed once.
+	keys   dnssec.Keys
 	expire time.Time
 }
 
@@ -210,7 +211,7 @@ func (q *query) keysFor(zone string) keyState {
 	q.keyBusy[zone] = true
 	defer delete(q.keyBusy, zone)
 	k := q.fetchKeys(zone)
-	if q.ctx.Err() != nil {
+	if q.err() != nil {
 		return k // not cached: the failure is the deadline's
 	}
 	ttl := min(keyTTL, q.r.cfg.MaxTTL)
@@ -264,7 +265,7 @@ func (q *query) fetchKeys(zone string) keyState {
 		if len(ds) == 0 {
 			return bogusKeys(dns.ExtendedErrorCodeDNSBogus, "DS of %s: no DS in the answer", zone)
 		}
-		if r := dnssec.VerifyRRsetCached(set, p.sigs, pk.keys, parent, now, s.skew, s); r.State != dnssec.Secure {
+		if r := dnssec.VerifyRRsetKeys(set, p.sigs, pk.keys, parent, now, s.skew, s); r.State != dnssec.Secure {
 			return keyState{res: r}
 		}
 		return q.zoneKeys(zone, ds, nil)
@@ -294,7 +295,7 @@ func (q *query) zoneKeys(zone string, ds []*dns.DS, anchors []*dns.DNSKEY) keySt
 	}
 	p := res.parts[len(res.parts)-1]
 	keys, r := dnssec.VerifyKeys(p.answer, p.sigs, ds, anchors, zone, s.now(), s.skew)
-	return keyState{res: r, keys: keys}
+	return keyState{res: r, keys: dnssec.NewKeys(keys)}
 }
 
 // part is what one zone said on the way to an answer, with its signatures
@@ -311,49 +312,96 @@ type part struct {
 	soa    *dns.SOA
 }
 
-// rrsets groups records by owner and type, in order of appearance. A
-// section holds few RRsets, so each record is matched against those found
-// so far (owner without case, type) rather than through a map of built
-// keys: every validated answer goes through here.
+// rrsets groups records by owner and type, in order of appearance (RRSIGs
+// left out).
 func rrsets(rrs []dns.RR) [][]dns.RR {
-	var out [][]dns.RR
-next:
-	for _, rr := range rrs {
-		h := rr.Header()
-		if h.Rrtype == dns.TypeRRSIG {
-			continue
-		}
-		for i, set := range out {
-			if sh := set[0].Header(); sh.Rrtype == h.Rrtype && strings.EqualFold(sh.Name, h.Name) {
-				out[i] = append(set, rr)
-				continue next
-			}
-		}
-		out = append(out, []dns.RR{rr})
-	}
-	return out
+	return groupRRsets(nil, nil, rrs)
 }
 
-func sigsOf(rrs []dns.RR) []*dns.RRSIG {
-	var out []*dns.RRSIG
+// groupRRsets is rrsets appending to sets, the records of all sets held
+// in one slice appended to buf (both usually on the caller's stack) rather
+// than each set grown on its own. A section holds few RRsets, so each
+// record is matched against those found so far (owner without case,
+// type) rather than through a map of built keys: every validated answer
+// goes through here.
+func groupRRsets(sets [][]dns.RR, buf []dns.RR, rrs []dns.RR) [][]dns.RR {
+	n := 0
 	for _, rr := range rrs {
-		if s, ok := rr.(*dns.RRSIG); ok {
-			out = append(out, s)
+		if rr.Header().Rrtype != dns.TypeRRSIG {
+			n++
 		}
 	}
-	return out
+	if n == 0 {
+		return sets
+	}
+	if cap(buf)-len(buf) < n {
+		buf = make([]dns.RR, 0, n)
+	}
+	buf = buf[len(buf):]
+	base := len(sets) // the sets made here start there
+	taken := 0        // records of rrs placed so far
+	for taken < n {
+		// The first record not yet placed opens a set; every later one
+		// of its owner and type joins it, in order.
+		var first dns.RR
+		start := len(buf)
+		for _, rr := range rrs {
+			h := rr.Header()
+			if h.Rrtype == dns.TypeRRSIG {
+				continue
+			}
+			if first == nil {
+				if placed(sets[base:], rr) {
+					continue
+				}
+				first = rr
+			} else if fh := first.Header(); fh.Rrtype != h.Rrtype || !strings.EqualFold(fh.Name, h.Name) {
+				continue
+			}
+			buf = append(buf, rr)
+			taken++
+		}
+		sets = append(sets, buf[start:len(buf):len(buf)])
+	}
+	return sets
+}
+
+// placed: rr's owner and type are those of a set already made.
+func placed(sets [][]dns.RR, rr dns.RR) bool {
+	h := rr.Header()
+	for _, set := range sets {
+		if sh := set[0].Header(); sh.Rrtype == h.Rrtype && strings.EqualFold(sh.Name, h.Name) {
+			return true
+		}
+	}
+	return false
 }
 
 // verifyProof checks the signatures of a part's denial records and SOA.
-func (q *query) verifyProof(p *part, keys []*dns.DNSKEY) dnssec.Result {
+// Every NXDOMAIN and NODATA miss comes here: the signatures and RRsets are
+// gathered into slices sized once (on the stack for the usual proof of up
+// to 8 records), not grown record by record.
+func (q *query) verifyProof(p *part, keys dnssec.Keys) dnssec.Result {
 	s := q.r.sec
-	sigs := sigsOf(p.proof)
-	sets := rrsets(p.proof)
-	if p.soa != nil {
-		sets = append(sets, []dns.RR{p.soa})
+	var sigStack [8]*dns.RRSIG
+	sigs := sigStack[:0]
+	for _, rr := range p.proof {
+		if sg, ok := rr.(*dns.RRSIG); ok {
+			sigs = append(sigs, sg)
+		}
 	}
+	// One array for the records of all sets, the SOA's last: it goes to
+	// the heap (the records reach miekg/dns's Verify), once.
+	var rrStack [9]dns.RR
+	var setStack [8][]dns.RR
+	sets := groupRRsets(setStack[:0], rrStack[0:0:8], p.proof)
+	if p.soa != nil {
+		rrStack[8] = p.soa
+		sets = append(sets, rrStack[8:9:9])
+	}
+	now := s.now()
 	for _, set := range sets {
-		if r := dnssec.VerifyRRsetCached(set, sigs, keys, p.zone, s.now(), s.skew, s); r.State != dnssec.Secure {
+		if r := dnssec.VerifyRRsetKeys(set, sigs, keys, p.zone, now, s.skew, s); r.State != dnssec.Secure {
 			return r
 		}
 	}
@@ -412,7 +460,7 @@ func (q *query) validatePart(p *part) dnssec.Result {
 			strings.EqualFold(c.Target, synthesise(dname, c.Hdr.Name)) {
 			continue // the CNAME a validated DNAME implies (unsigned)
 		}
-		r := dnssec.VerifyRRsetCached(set, p.sigs, keys, zone, now, s.skew, s)
+		r := dnssec.VerifyRRsetKeys(set, p.sigs, keys, zone, now, s.skew, s)
 		if r.State != dnssec.Secure {
 			return r
 		}

@@ -232,7 +232,9 @@ func (r *Recursor) Close() error {
 
 // query is one Exchange's state: its bounds and what it has spent.
 type query struct {
-	r        *Recursor
+	r *Recursor
+	// ctx is the caller's; deadline is the earlier of its deadline and
+	// Config.MaxTime from the start: q.err says when either is over.
 	ctx      context.Context
 	deadline time.Time
 	sent     int
@@ -243,6 +245,19 @@ type query struct {
 	busy map[string]bool
 	// keyBusy holds the zones whose keys are being fetched up the stack.
 	keyBusy map[string]bool
+}
+
+// err is what the query's context's Err would be with the query's
+// deadline set on it: the caller's cancellation, or
+// context.DeadlineExceeded once the deadline is reached.
+func (q *query) err() error {
+	if err := q.ctx.Err(); err != nil {
+		return err
+	}
+	if !time.Now().Before(q.deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // result is the outcome of resolving one name and type.
@@ -300,9 +315,11 @@ func (r *Recursor) Resolve(ctx context.Context, q *dns.Msg) (*dns.Msg, dnssec.Re
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	ctx, cancel := context.WithDeadline(ctx, deadline)
-	defer cancel()
-	st := &query{r: r, ctx: ctx, deadline: deadline, busy: map[string]bool{}}
+	// The deadline is the query's own (q.err), not a context's: a
+	// context with a deadline costs a timer and four allocations per
+	// miss, and nothing waits on its Done: each network wait has the
+	// deadline set on its socket.
+	st := &query{r: r, ctx: ctx, deadline: deadline}
 	res, err := st.resolve(name, qq.Qtype, 0)
 	do := false
 	if o := q.IsEdns0(); o != nil {
@@ -469,6 +486,23 @@ func (q *query) resolveOne(name string, qtype uint16, depth int) (result, error)
 	m := minimiser{on: !r.cfg.NoQNAMEMinimisation && (fz == nil || !fz.recurse)}
 	for {
 		qn, qt := m.next(zone, name, qtype)
+		if qn != name {
+			// A minimised question answered before (a NODATA: an
+			// empty non-terminal, or a name without the type, kept
+			// as the answer to that question) is not asked again:
+			// every new name under a wildcard below an empty
+			// non-terminal would otherwise cost two queries. At worst
+			// (the name is a cut after all) the full name asked here
+			// brings the referral.
+			if _, nx, ok := r.infra.getNeg(time.Now(), qn, qt); ok {
+				if nx {
+					m.on = false
+				} else {
+					m.deeper()
+				}
+				continue
+			}
+		}
 		j, err := q.askZone(zone, names, fz, qn, qt, depth)
 		if qn != name {
 			// A minimised question only finds the cuts. Anything
@@ -477,7 +511,7 @@ func (q *query) resolveOne(name string, qtype uint16, depth int) (result, error)
 			// empty non-terminal) means asking the full name instead,
 			// as unbound's relaxed mode does.
 			switch {
-			case err != nil && (errors.Is(err, errTooManyQueries) || q.ctx.Err() != nil):
+			case err != nil && (errors.Is(err, errTooManyQueries) || q.err() != nil):
 				return result{}, fmt.Errorf("%s (zone %s): %w", name, zone, err)
 			case err != nil || j.kind == kindNXDomain:
 				m.on = false
@@ -486,13 +520,19 @@ func (q *query) resolveOne(name string, qtype uint16, depth int) (result, error)
 				zone, names, fz = j.deleg.zone, j.deleg.names, nil
 				m.reset()
 			default:
+				if j.kind == kindNoData {
+					// Kept as the answer to qn/qt, with its proof
+					// for a later validation, as if it had been asked.
+					now := time.Now()
+					r.infra.putNeg(now, negKey{j.end, qt}, j.soa, q.newPart(zone, fz, j, qn, qt))
+				}
 				m.deeper()
 			}
 			continue
 		}
 		if err != nil {
 			if fz == nil && zone != "." && !errors.Is(err, errTooManyQueries) && !errors.Is(err, errDontQuery) &&
-				q.ctx.Err() == nil && r.infra.dropDeleg(zone) {
+				q.err() == nil && r.infra.dropDeleg(zone) {
 				// None of the zone's servers worked: forget its NS
 				// set, so that the next resolution asks the parent
 				// again (it may have moved), as PowerDNS does. A set
@@ -504,19 +544,11 @@ func (q *query) resolveOne(name string, qtype uint16, depth int) (result, error)
 		}
 		now := time.Now()
 		var p *part
-		if r.sec.mode != ModeOff && j.kind != kindReferral {
-			pz := zone
-			if fz != nil && fz.recurse && j.soa != nil {
-				// A recursive forwarder answers for the zones below
-				// the forward zone too: a denial is checked with the
-				// keys of the zone whose SOA it carries.
-				if o := strings.ToLower(j.soa.Hdr.Name); dnssec.IsSubDomain(zone, o) {
-					pz = o
-				}
+		if j.kind != kindReferral {
+			p = q.newPart(zone, fz, j, name, qtype)
+			if p != nil {
+				j.answer = p.answer
 			}
-			p = &part{zone: pz, kind: j.kind, qname: name, qtype: qtype, end: j.end,
-				answer: fixCase(j.answer), sigs: j.sigs, proof: j.proof, soa: copySOA(j.soa)}
-			j.answer = p.answer
 		}
 		parts := func() []*part {
 			if p == nil {
@@ -551,6 +583,28 @@ func (q *query) resolveOne(name string, qtype uint16, depth int) (result, error)
 			return result{rcode: dns.RcodeSuccess, answer: ans, parts: parts()}, nil
 		}
 	}
+}
+
+// newPart is what zone's reply j to name/qtype gives the validator, or nil
+// with DNSSEC off.
+func (q *query) newPart(zone string, fz *forwardZone, j judged, name string, qtype uint16) *part {
+	if q.r.sec.mode == ModeOff {
+		return nil
+	}
+	pz := zone
+	if fz != nil && fz.recurse && j.soa != nil {
+		// A recursive forwarder answers for the zones below the forward
+		// zone too: a denial is checked with the keys of the zone whose
+		// SOA it carries.
+		if o := strings.ToLower(j.soa.Hdr.Name); dnssec.IsSubDomain(zone, o) {
+			pz = o
+		}
+	}
+	// The part's SOA is the reply's own record, not a copy: nothing
+	// changes it (the negative cache keeps it too, and copies it for each
+	// answer; the validator reads it).
+	return &part{zone: pz, kind: j.kind, qname: name, qtype: qtype, end: j.end,
+		answer: fixCase(j.answer), sigs: j.sigs, proof: j.proof, soa: j.soa}
 }
 
 // prime asks the hints' servers for the root's NS set and keeps it, with
@@ -677,7 +731,7 @@ func (q *query) askZone(zone string, names []string, fz *forwardZone, name strin
 				resolved[n] = true
 				if err := q.resolveNS(zone, n, depth); err != nil {
 					lastErr = err
-					if errors.Is(err, errTooManyQueries) || q.ctx.Err() != nil {
+					if errors.Is(err, errTooManyQueries) || q.err() != nil {
 						return judged{}, err
 					}
 					continue
@@ -725,7 +779,7 @@ func (q *query) askZone(zone string, names []string, fz *forwardZone, name strin
 				timedOut = append(timedOut, a)
 			}
 			lastErr = err
-			if errors.Is(err, errTooManyQueries) || q.ctx.Err() != nil {
+			if errors.Is(err, errTooManyQueries) || q.err() != nil {
 				return judged{}, err
 			}
 		}
@@ -789,6 +843,9 @@ func (q *query) resolveNS(zone, n string, depth int) error {
 	if q.busy[n] {
 		return fmt.Errorf("%w: %s for %s", errCycle, n, zone)
 	}
+	if q.busy == nil {
+		q.busy = map[string]bool{} // made when needed: most misses resolve no nameserver
+	}
 	q.busy[n] = true
 	defer delete(q.busy, n)
 	var found bool
@@ -801,7 +858,7 @@ func (q *query) resolveNS(zone, n string, depth int) error {
 		res, err := q.resolve(n, t, depth+1)
 		if err != nil {
 			lastErr = err
-			if errors.Is(err, errTooManyQueries) || q.ctx.Err() != nil {
+			if errors.Is(err, errTooManyQueries) || q.err() != nil {
 				return err
 			}
 			continue
@@ -850,7 +907,7 @@ func (q *query) askServer(zone string, a netip.Addr, fz *forwardZone, name strin
 	if q.sent >= r.cfg.MaxQueries {
 		return judged{}, fmt.Errorf("%w (%d)", errTooManyQueries, r.cfg.MaxQueries)
 	}
-	if err := q.ctx.Err(); err != nil {
+	if err := q.err(); err != nil {
 		return judged{}, err
 	}
 	edns := !r.infra.wantsNoEDNS(time.Now(), a)
@@ -859,7 +916,7 @@ func (q *query) askServer(zone string, a netip.Addr, fz *forwardZone, name strin
 		ap, rd = netip.AddrPortFrom(a, fz.port[a]), fz.recurse
 	}
 	reply, rtt, err := q.ask(ap, rd, name, qtype, edns)
-	if err != nil && edns && errors.Is(err, errTimeout) && q.ctx.Err() == nil && q.sent < r.cfg.MaxQueries &&
+	if err != nil && edns && errors.Is(err, errTimeout) && q.err() == nil && q.sent < r.cfg.MaxQueries &&
 		r.infra.firstEDNSTimeout(a) {
 		// Some servers (and firewalls before them) drop queries with
 		// EDNS. A server that never answered one and times out the
@@ -873,7 +930,7 @@ func (q *query) askServer(zone string, a netip.Addr, fz *forwardZone, name strin
 		}
 	}
 	if err != nil {
-		if q.ctx.Err() == nil {
+		if q.err() == nil {
 			r.infra.failed(time.Now(), a, r.cfg.Timeout)
 		}
 		return judged{}, err

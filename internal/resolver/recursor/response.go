@@ -337,19 +337,42 @@ func attachSec(j *judged, reply *dns.Msg, zone string) {
 			j.sigs = append(j.sigs, s)
 		}
 	}
+	// The proof's records counted first, so that j.proof is made once at
+	// its size (a negative answer's proof has 2 to 8 records).
+	n := 0
 	for _, rr := range reply.Ns {
-		h := rr.Header()
-		if h.Class != dns.ClassINET || !dnssec.IsSubDomain(zone, strings.ToLower(h.Name)) {
-			continue
-		}
-		switch x := rr.(type) {
-		case *dns.NSEC, *dns.NSEC3:
-			j.proof = append(j.proof, rr)
-		case *dns.RRSIG:
-			switch x.TypeCovered {
-			case dns.TypeNSEC, dns.TypeNSEC3, dns.TypeSOA:
-				j.proof = append(j.proof, rr)
-			}
+		if proofRecord(rr, zone) {
+			n++
 		}
 	}
+	if n == 0 {
+		return
+	}
+	j.proof = slices.Grow(j.proof, n)
+	for _, rr := range reply.Ns {
+		if proofRecord(rr, zone) {
+			j.proof = append(j.proof, rr)
+		}
+	}
+}
+
+// proofRecord: rr belongs to a denial proof from zone: an NSEC or NSEC3
+// record, or a signature of one or of the SOA, owned within zone.
+func proofRecord(rr dns.RR, zone string) bool {
+	h := rr.Header()
+	if h.Class != dns.ClassINET {
+		return false
+	}
+	switch x := rr.(type) {
+	case *dns.NSEC, *dns.NSEC3:
+	case *dns.RRSIG:
+		switch x.TypeCovered {
+		case dns.TypeNSEC, dns.TypeNSEC3, dns.TypeSOA:
+		default:
+			return false
+		}
+	default:
+		return false
+	}
+	return dnssec.IsSubDomain(zone, h.Name) // without case
 }

@@ -43,5 +43,7 @@ func dialUDP(ap netip.AddrPort) (udpConn, error) {
 		_ = syscall.Close(fd)
 		return nil, os.NewSyscallError("connect", err)
 	}
-	return os.NewFile(uintptr(fd), "udp "+ap.String()), nil
+	// The name is only what the file's errors say; the callers' errors
+	// name the server already, so it is not built for each query.
+	return os.NewFile(uintptr(fd), "udp"), nil
 }

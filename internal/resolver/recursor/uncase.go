@@ -17,7 +17,26 @@ func uncase(reply *dns.Msg, sent, asked string) {
 	if sent == asked {
 		return
 	}
-	fix := func(n *string) { *n = restore(*n, sent, asked) }
+	// A signed answer repeats names (an NSEC3 record's owner is its
+	// RRSIG's; the SOA's in a proof): each name rebuilt is remembered, in
+	// a few slots, so that it is built once.
+	type fixed struct{ from, to string }
+	var memo [8]fixed
+	nmemo := 0
+	fix := func(n *string) {
+		for _, m := range memo[:nmemo] {
+			if m.from == *n {
+				*n = m.to
+				return
+			}
+		}
+		to := restore(*n, sent, asked)
+		if to != *n && nmemo < len(memo) {
+			memo[nmemo] = fixed{*n, to}
+			nmemo++
+		}
+		*n = to
+	}
 	for _, sec := range [][]dns.RR{reply.Answer, reply.Ns, reply.Extra} {
 		for _, rr := range sec {
 			fix(&rr.Header().Name)

@@ -51,15 +51,10 @@ func randomCase(name string) string {
 // else read meanwhile is counted and ignored until the deadline.
 func (q *query) ask(ap netip.AddrPort, rd bool, name string, qtype uint16, edns bool) (*dns.Msg, time.Duration, error) {
 	r := q.r
-	m := new(dns.Msg)
-	m.Id = uint16(rand.N(1 << 16))
-	m.RecursionDesired = rd
+	id := uint16(rand.N(1 << 16))
 	wire := randomCase(name)
-	m.Question = []dns.Question{{Name: wire, Qtype: qtype, Qclass: dns.ClassINET}}
-	if edns {
-		m.SetEdns0(r.cfg.UDPSize, r.sec.mode != ModeOff)
-	}
-	packed, err := m.Pack()
+	want := dns.Question{Name: wire, Qtype: qtype, Qclass: dns.ClassINET}
+	packed, err := packQuery(id, rd, want, edns, r.cfg.UDPSize, r.sec.mode != ModeOff)
 	if err != nil {
 		return nil, 0, fmt.Errorf("packing query for %s: %w", name, err)
 	}
@@ -71,13 +66,13 @@ func (q *query) ask(ap netip.AddrPort, rd bool, name string, qtype uint16, edns 
 	ipv6 := ap.Addr().Is6()
 	r.metrics.OutQuery(ipv6, false)
 	start := time.Now()
-	reply, err := q.udp(ap, packed, m, deadline)
+	reply, err := q.udp(ap, packed, id, want, deadline)
 	if err != nil {
 		return nil, 0, err
 	}
 	if reply.Truncated {
-		m.Id = uint16(rand.N(1 << 16))
-		binary.BigEndian.PutUint16(packed, m.Id)
+		id = uint16(rand.N(1 << 16))
+		binary.BigEndian.PutUint16(packed, id)
 		deadline = time.Now().Add(r.cfg.Timeout)
 		if deadline.After(q.deadline) {
 			deadline = q.deadline
@@ -85,7 +80,7 @@ func (q *query) ask(ap netip.AddrPort, rd bool, name string, qtype uint16, edns 
 		q.sent++
 		r.metrics.OutQuery(ipv6, true)
 		start = time.Now()
-		if reply, err = q.tcp(ap, packed, m, deadline); err != nil {
+		if reply, err = q.tcp(ap, packed, id, want, deadline); err != nil {
 			return nil, 0, err
 		}
 	}
@@ -95,7 +90,7 @@ func (q *query) ask(ap netip.AddrPort, rd bool, name string, qtype uint16, edns 
 	return reply, rtt, nil
 }
 
-func (q *query) udp(ap netip.AddrPort, packed []byte, m *dns.Msg, deadline time.Time) (*dns.Msg, error) {
+func (q *query) udp(ap netip.AddrPort, packed []byte, id uint16, want dns.Question, deadline time.Time) (*dns.Msg, error) {
 	r := q.r
 	// A connected socket: the kernel picks a random ephemeral port and
 	// drops datagrams from any other address.
@@ -115,7 +110,7 @@ func (q *query) udp(ap netip.AddrPort, packed []byte, m *dns.Msg, deadline time.
 	defer r.bufs.Put(bufp)
 	buf := *bufp
 	for {
-		if err := q.ctx.Err(); err != nil {
+		if err := q.err(); err != nil {
 			return nil, err
 		}
 		n, err := c.Read(buf)
@@ -128,10 +123,63 @@ func (q *query) udp(ap netip.AddrPort, packed []byte, m *dns.Msg, deadline time.
 		if err != nil {
 			return nil, q.netErr(ap, err)
 		}
-		if reply := q.check(buf[:n], m); reply != nil {
+		if reply := q.check(buf[:n], id, want); reply != nil {
 			return reply, nil
 		}
 	}
+}
+
+// packQuery writes the query: header (id, RD when rd), the question and,
+// with edns, an OPT record advertising udpSize, with the DO bit when do;
+// no other flag, no option. The bytes are those miekg/dns packs for the
+// same message (TestPackQuery, FuzzPackQuery), written into one buffer of
+// their size: a dns.Msg with its question slice and OPT record, packed,
+// cost five allocations per query.
+func packQuery(id uint16, rd bool, want dns.Question, edns bool, udpSize uint16, do bool) ([]byte, error) {
+	const (
+		headerLen = 12
+		optLen    = 11 // root name, type, class, TTL, RDLENGTH
+	)
+	// The name's wire form is at most its text's length plus two (a
+	// leading length byte and the root); escapes only shorten it.
+	size := headerLen + len(want.Name) + 2 + 4
+	if edns {
+		size += optLen
+	}
+	buf := make([]byte, size)
+	binary.BigEndian.PutUint16(buf, id)
+	if rd {
+		buf[2] = 1 // RD: the low bit of the first flags byte
+	}
+	binary.BigEndian.PutUint16(buf[4:], 1) // QDCOUNT
+	off, err := dns.PackDomainName(want.Name, buf[:size-4-optLen*b2i(edns)], headerLen, nil, false)
+	if err != nil {
+		return nil, err
+	}
+	binary.BigEndian.PutUint16(buf[off:], want.Qtype)
+	binary.BigEndian.PutUint16(buf[off+2:], want.Qclass)
+	off += 4
+	if !edns {
+		return buf[:off], nil
+	}
+	binary.BigEndian.PutUint16(buf[10:], 1) // ARCOUNT: the OPT
+	buf[off] = 0                            // the root name
+	binary.BigEndian.PutUint16(buf[off+1:], dns.TypeOPT)
+	binary.BigEndian.PutUint16(buf[off+3:], udpSize) // CLASS: the payload size
+	var ttl uint32                                   // extended rcode 0, version 0, flags
+	if do {
+		ttl = 1 << 15
+	}
+	binary.BigEndian.PutUint32(buf[off+5:], ttl)
+	binary.BigEndian.PutUint16(buf[off+9:], 0) // no options
+	return buf[:off+optLen], nil
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // udpConn is what an outgoing UDP query needs of its socket (dialUDP).
@@ -142,7 +190,7 @@ type udpConn interface {
 	Close() error
 }
 
-func (q *query) tcp(ap netip.AddrPort, packed []byte, m *dns.Msg, deadline time.Time) (*dns.Msg, error) {
+func (q *query) tcp(ap netip.AddrPort, packed []byte, id uint16, want dns.Question, deadline time.Time) (*dns.Msg, error) {
 	r := q.r
 	d := net.Dialer{Deadline: deadline}
 	c, err := d.DialContext(q.ctx, "tcp", ap.String())
@@ -166,7 +214,7 @@ func (q *query) tcp(ap netip.AddrPort, packed []byte, m *dns.Msg, deadline time.
 		if _, err := io.ReadFull(c, buf); err != nil {
 			return nil, q.netErr(ap, err)
 		}
-		reply := q.check(buf, m)
+		reply := q.check(buf, id, want)
 		if reply == nil {
 			continue
 		}
@@ -178,14 +226,15 @@ func (q *query) tcp(ap netip.AddrPort, packed []byte, m *dns.Msg, deadline time.
 	}
 }
 
-// check accepts a packet as the reply to m, or counts it and returns nil.
-func (q *query) check(pkt []byte, m *dns.Msg) *dns.Msg {
+// check accepts a packet as the reply to the query of id and question
+// want (its name in the case sent), or counts it and returns nil.
+func (q *query) check(pkt []byte, id uint16, want dns.Question) *dns.Msg {
 	r := q.r
 	if len(pkt) < 12 {
 		r.metrics.ServerParseError()
 		return nil
 	}
-	if pkt[2]&0x80 == 0 || binary.BigEndian.Uint16(pkt) != m.Id {
+	if pkt[2]&0x80 == 0 || binary.BigEndian.Uint16(pkt) != id {
 		r.metrics.UnexpectedPacket()
 		return nil
 	}
@@ -198,7 +247,7 @@ func (q *query) check(pkt []byte, m *dns.Msg) *dns.Msg {
 		r.metrics.UnexpectedPacket()
 		return nil
 	}
-	got, want := reply.Question[0], m.Question[0]
+	got := reply.Question[0]
 	if got.Qtype != want.Qtype || got.Qclass != want.Qclass || !strings.EqualFold(got.Name, want.Name) {
 		r.metrics.UnexpectedPacket()
 		return nil
@@ -216,7 +265,7 @@ func (q *query) check(pkt []byte, m *dns.Msg) *dns.Msg {
 // the caller's cancellation.
 func (q *query) netErr(ap netip.AddrPort, err error) error {
 	r := q.r
-	if cerr := q.ctx.Err(); cerr != nil {
+	if cerr := q.err(); cerr != nil {
 		return cerr
 	}
 	var ne net.Error
