@@ -219,14 +219,20 @@ func (f *front) serve(w replier, rq *request, v *policy.View, i int, dst []byte)
 	// address taken, it would move to the heap for every query, hits
 	// without an observer included: the slow path's goroutine captures it).
 	var sess found
-	keyed := false
+	keyed, key := false, &f.key
 	// While the policy data has not loaded (unready.go) the packet cache
 	// is neither read nor written: what is answered then must not outlive
 	// it. Once ready this is one atomic load.
 	if f.reader != nil && r.ready.Load() {
 		p, sess = f.memo.policyFor(r.engine, v, client, i)
-		if keyed = f.key.SetQuery(q, p.CacheKey()); keyed {
-			ans, note, ok, refresh := f.reader.GetRefresh(&f.key, q.RawName(), rq.start, dst)
+		if rq.parsed {
+			key = &f.batch.keys[i] // warm built it, under the same policy
+			keyed = key.Len() > 0
+		} else {
+			keyed = key.SetQuery(q, p.CacheKey())
+		}
+		if keyed {
+			ans, note, ok, refresh := f.reader.GetRefresh(key, q.RawName(), rq.start, dst)
 			if refresh {
 				r.prefetchQuery(q) // stale.go: due for a background refresh
 			}
@@ -271,12 +277,12 @@ func (f *front) serve(w replier, rq *request, v *policy.View, i int, dst []byte)
 	n, pkt := len(rq.pkt), rq.pkt
 	keyLen := 0
 	if keyed {
-		keyLen = f.key.Len()
+		keyLen = key.Len()
 	}
 	if keyed || !rq.owned {
 		pkt = append(make([]byte, 0, n+keyLen), pkt...)
 		if keyed {
-			pkt = f.key.Append(pkt)
+			pkt = key.Append(pkt)
 		}
 	}
 	t, from, start, cached, id := rq.transport, rq.from, rq.start, f.reader != nil, rq.clientID
