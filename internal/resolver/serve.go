@@ -60,6 +60,9 @@ type request struct {
 	// answers it builds itself and writes those ready together at once,
 	// while a miss's goroutine writes its own.
 	held replier
+	// parsed: the query is parsed already, at serve's index i of the
+	// front's batch (front.warm).
+	parsed bool
 }
 
 // outcome is what an adapter does after front.serve.
@@ -108,6 +111,43 @@ type front struct {
 	q    dnswire.Query
 	key  cache.PacketKey
 	obs  frontObs // the observer's event and its scratch (Config.Observer)
+	// batch is a UDP batch parsed ahead (warm); the UDP reader's only.
+	batch parsedBatch
+}
+
+// parsedBatch is a UDP batch's queries, parsed before any of them is
+// served, and the packet-cache keys they will be looked up under.
+type parsedBatch struct {
+	q    []dnswire.Query
+	err  []error
+	keys []cache.PacketKey
+}
+
+// warm parses the first n datagrams of b and reads the packet cache's
+// memory for all of them at once (cache.PacketReader.Warm) before any is
+// served: a hit from one of many subscribers finds the cache's lines cold,
+// and one query after another, each hit would wait for its three or four
+// loads from memory in turn (the packet cache's lookup was about a tenth
+// of a hit's CPU in bench/resolver.sh's hit-subs, most of it waiting for
+// the bucket). serve then takes the queries as parsed here (rq.parsed)
+// and finds the policies in the memo. Only for the reader's own batches,
+// with the packet cache in use (f.reader, ready).
+func (f *front) warm(v *policy.View, b *udpBatch, n int) {
+	pb := &f.batch
+	if len(pb.q) < n {
+		pb.q, pb.err, pb.keys = make([]dnswire.Query, len(b.in)), make([]error, len(b.in)), make([]cache.PacketKey, len(b.in))
+	}
+	for i := range n {
+		q, k := &pb.q[i], &pb.keys[i]
+		k.Reset()
+		pb.err[i] = q.Parse(b.in[i][:b.size[i]])
+		if pb.err[i] != nil || !b.from[i].IsValid() || q.BadVersion() {
+			continue // serve answers these without the cache
+		}
+		p, _ := f.memo.policyFor(f.r.engine, v, b.from[i].Addr().Unmap(), i)
+		k.SetQuery(q, p.CacheKey())
+	}
+	f.reader.Warm(pb.keys[:n])
 }
 
 // frontObs is what the reader's own observer calls use.
@@ -137,7 +177,12 @@ func (f *front) serve(w replier, rq *request, v *policy.View, i int, dst []byte)
 		return nil, outClose
 	}
 	// 2. parse
-	err := q.Parse(rq.pkt)
+	var err error
+	if rq.parsed {
+		q, err = &f.batch.q[i], f.batch.err[i]
+	} else {
+		err = q.Parse(rq.pkt)
+	}
 	if err == nil && rq.cut {
 		err = dnswire.ErrTruncated // not the whole query
 	}
@@ -150,7 +195,7 @@ func (f *front) serve(w replier, rq *request, v *policy.View, i int, dst []byte)
 		}
 		reply := dnswire.AppendError(dst, q, pe.Rcode(), ourUDPSize)
 		if r.obs != nil {
-			f.observe(rq, v, client, found{}, pe.Rcode(), reply, nil, CachedNone)
+			f.observe(rq, q, v, client, found{}, pe.Rcode(), reply, nil, CachedNone)
 		}
 		return reply, outReply
 	}
@@ -164,7 +209,7 @@ func (f *front) serve(w replier, rq *request, v *policy.View, i int, dst []byte)
 		reply := dnswire.AppendError(dst, q, dnswire.RcodeBadVers, ourUDPSize)
 		sh.Replied(dnswire.RcodeBadVers, r.now().Sub(rq.start))
 		if r.obs != nil {
-			f.observe(rq, v, client, found{}, dnswire.RcodeBadVers, reply, nil, CachedNone)
+			f.observe(rq, q, v, client, found{}, dnswire.RcodeBadVers, reply, nil, CachedNone)
 		}
 		return reply, outReply
 	}
@@ -174,14 +219,20 @@ func (f *front) serve(w replier, rq *request, v *policy.View, i int, dst []byte)
 	// address taken, it would move to the heap for every query, hits
 	// without an observer included: the slow path's goroutine captures it).
 	var sess found
-	keyed := false
+	keyed, key := false, &f.key
 	// While the policy data has not loaded (unready.go) the packet cache
 	// is neither read nor written: what is answered then must not outlive
 	// it. Once ready this is one atomic load.
 	if f.reader != nil && r.ready.Load() {
 		p, sess = f.memo.policyFor(r.engine, v, client, i)
-		if keyed = f.key.SetQuery(q, p.CacheKey()); keyed {
-			ans, note, ok, refresh := f.reader.GetRefresh(&f.key, q.RawName(), rq.start, dst)
+		if rq.parsed {
+			key = &f.batch.keys[i] // warm built it, under the same policy
+			keyed = key.Len() > 0
+		} else {
+			keyed = key.SetQuery(q, p.CacheKey())
+		}
+		if keyed {
+			ans, note, ok, refresh := f.reader.GetRefresh(key, q.RawName(), rq.start, dst)
 			if refresh {
 				r.prefetchQuery(q) // stale.go: due for a background refresh
 			}
@@ -190,7 +241,7 @@ func (f *front) serve(w replier, rq *request, v *policy.View, i int, dst []byte)
 				sh.PacketCacheHit(int(ans[3] & 0x0f))
 				countNote(sh, note)
 				if r.obs != nil {
-					f.observe(rq, v, client, sess, int(ans[3]&0x0f), ans, note, CachedPacket)
+					f.observe(rq, q, v, client, sess, int(ans[3]&0x0f), ans, note, CachedPacket)
 				}
 				return ans, outReply
 			}
@@ -216,7 +267,7 @@ func (f *front) serve(w replier, rq *request, v *policy.View, i int, dst []byte)
 		}
 		reply := dnswire.AppendError(dst, q, dnswire.RcodeServerFailure, ourUDPSize)
 		if r.obs != nil {
-			f.observe(rq, v, client, sess, dnswire.RcodeServerFailure, reply, nil, CachedNone)
+			f.observe(rq, q, v, client, sess, dnswire.RcodeServerFailure, reply, nil, CachedNone)
 		}
 		return reply, outReply
 	}
@@ -226,12 +277,12 @@ func (f *front) serve(w replier, rq *request, v *policy.View, i int, dst []byte)
 	n, pkt := len(rq.pkt), rq.pkt
 	keyLen := 0
 	if keyed {
-		keyLen = f.key.Len()
+		keyLen = key.Len()
 	}
 	if keyed || !rq.owned {
 		pkt = append(make([]byte, 0, n+keyLen), pkt...)
 		if keyed {
-			pkt = f.key.Append(pkt)
+			pkt = key.Append(pkt)
 		}
 	}
 	t, from, start, cached, id := rq.transport, rq.from, rq.start, f.reader != nil, rq.clientID
@@ -431,9 +482,9 @@ func (r *Resolver) observeSlow(ob *slowObs, q *query, from netip.AddrPort, rcode
 // under v (not looked up again when known).
 //
 //go:noinline
-func (f *front) observe(rq *request, v *policy.View, client netip.Addr, sess found, rcode int, reply, note []byte,
-	cached Cached) {
-	o, q := &f.obs, &f.q
+func (f *front) observe(rq *request, q *dnswire.Query, v *policy.View, client netip.Addr, sess found, rcode int,
+	reply, note []byte, cached Cached) {
+	o := &f.obs
 	at := f.r.now()
 	o.ev = Answered{Transport: rq.transport, Client: rq.from, ClientID: rq.clientID, Rcode: rcode, Cached: cached, Reply: reply,
 		At: at, Took: at.Sub(rq.start)}

@@ -111,12 +111,17 @@ func (s *udpSocket) serve(r *Resolver) {
 		now := r.now()
 		v := r.engine.View()
 		memo.lookAhead(&v, b.from[:n])
+		// A batch of one has nothing to overlap its loads with.
+		parsed := n > 1 && s.reader != nil && r.ready.Load()
+		if parsed {
+			f.warm(&v, b, n)
+		}
 		for i := range n {
 			if !b.from[i].IsValid() {
 				continue // not an IP source: nothing to answer
 			}
 			rq := request{from: b.from[i], transport: policy.TransportUDP, pkt: b.in[i][:b.size[i]],
-				start: now, cut: b.size[i] >= maxUDPQuery}
+				start: now, cut: b.size[i] >= maxUDPQuery, parsed: parsed}
 			if reply, out := f.serve(s, &rq, &v, i, b.slot()); out == outReply {
 				b.queue(reply, i)
 			}

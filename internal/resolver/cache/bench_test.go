@@ -2,6 +2,7 @@ package cache_test
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -183,4 +184,44 @@ func BenchmarkRecordGet(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkPacketGetCold is a batch of hits as the UDP reader answers
+// them from many subscribers: 32 keys at random among 400 000 entries (a
+// bucket array and entries far larger than the processor's caches),
+// looked up one after the other, or after Warm read the batch's lines.
+// One goroutine; ns/op is per key. The keys are built beforehand (65 536
+// of them, read in order: the processor's prefetcher streams them in).
+func BenchmarkPacketGetCold(b *testing.B) {
+	c, qs := filledPacket(b, 400_000)
+	now := t0.Add(7 * time.Second)
+	const batch, ring = 32, 1 << 16
+	rng := rand.New(rand.NewPCG(1, 2))
+	keys := make([]cache.PacketKey, ring)
+	names := make([][]byte, ring)
+	for i := range keys {
+		q := qs[rng.IntN(len(qs))]
+		keys[i].SetQuery(q, "0123456789abcdef")
+		names[i] = q.RawName()
+	}
+	for _, warm := range []bool{false, true} {
+		b.Run(map[bool]string{false: "one-by-one", true: "warmed"}[warm], func(b *testing.B) {
+			r := c.NewReader()
+			dst := make([]byte, 0, 65535)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for done := 0; done < b.N; done += batch {
+				at := done % ring
+				if warm {
+					r.Warm(keys[at : at+batch])
+				}
+				for i := at; i < at+batch; i++ {
+					var hit bool
+					if dst, _, hit = r.Get(&keys[i], names[i], now, dst); !hit {
+						b.Fatal("miss")
+					}
+				}
+			}
+		})
+	}
 }

@@ -547,3 +547,39 @@ func TestPacketKeyAD(t *testing.T) {
 		t.Error("a query without EDNS with AD shares the key of one without")
 	}
 }
+
+// TestPacketWarm: Warm over a batch of keys — stored, not stored, unset,
+// repeated — changes nothing: no count moves, and each Get after it
+// answers as it would have without it (the same bytes, a miss a miss).
+// An empty batch is fine.
+func TestPacketWarm(t *testing.T) {
+	c := newPacket(t, nil)
+	stored := clientQuery{name: "warm.example.", qtype: dns.TypeA, edns: true}
+	answer := reply(t, stored, 0, []dns.RR{rr(t, "warm.example. 300 IN A 192.0.2.7")}, nil)
+	if _, err := c.Put(key(t, parse(t, stored), "fp"), answer, nil, t0); err != nil {
+		t.Fatal(err)
+	}
+	q := parse(t, stored)
+	other := parse(t, clientQuery{name: "cold.example.", qtype: dns.TypeA, edns: true})
+	keys := make([]cache.PacketKey, 4)
+	keys[0].SetQuery(q, "fp")
+	keys[1].SetQuery(other, "fp")
+	keys[3].SetQuery(q, "fp") // keys[2] stays unset
+	r := c.NewReader()
+	before := c.Stats()
+	r.Warm(keys)
+	r.Warm(nil)
+	if after := c.Stats(); after != before {
+		t.Fatalf("Warm moved the counts: %+v, then %+v", before, after)
+	}
+	now := t0.Add(time.Second)
+	for i, want := range []bool{true, false, false, true} {
+		got, _, hit := r.Get(&keys[i], q.RawName(), now, nil)
+		if hit != want {
+			t.Fatalf("key %d: hit %v, want %v", i, hit, want)
+		}
+		if hit && len(got) != len(answer) {
+			t.Fatalf("key %d: %d bytes, want %d", i, len(got), len(answer))
+		}
+	}
+}
