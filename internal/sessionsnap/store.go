@@ -100,11 +100,25 @@ func (s *Snapshot) Close() error {
 	return s.res.Close()
 }
 
-// ReadTimeout bounds the reading of one snapshot, from Open to the last
-// record. nats.go bounds an object's whole read by its context's deadline,
-// and gives a context without one its default API timeout (5 s): far too
-// short for gigabytes.
-const ReadTimeout = time.Hour
+// A snapshot's read is bounded by its size: readBase, plus one second for
+// every readFloor bytes. nats.go bounds an object's whole read by its
+// context's deadline (a context without one gets its 5 s API timeout: far
+// too short for gigabytes), and nothing else ends it: a snapshot replaced
+// while it is read (the IP Mapper writes one every
+// sessions.snapshot_interval, and the object store then removes the old
+// one's chunks) never sends the rest of its chunks, and its reader waited
+// for them until that deadline — an hour when it was a constant. The
+// floor is far below what a loaded node reads at (1 GiB: 10 minutes); a
+// read that runs out fails, and the node replays the stream instead.
+const (
+	readBase  = 10 * time.Second
+	readFloor = 2 << 20 // bytes per second
+)
+
+// readBound is how long reading a snapshot of size bytes may take.
+func readBound(size uint64) time.Duration {
+	return readBase + time.Duration(size/readFloor+1)*time.Second
+}
 
 // ErrNone means there is no snapshot to start from.
 var ErrNone = errors.New("sessionsnap: no snapshot")
@@ -114,12 +128,6 @@ var ErrNone = errors.New("sessionsnap: no snapshot")
 // is checked as its end is read: Reader.Next fails then rather than
 // returning io.EOF.
 func Open(ctx context.Context, js jetstream.JetStream, bucket string) (snap *Snapshot, err error) {
-	ctx, cancel := context.WithTimeout(ctx, ReadTimeout)
-	defer func() {
-		if snap == nil {
-			cancel()
-		}
-	}()
 	obs, err := js.ObjectStore(ctx, bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil, ErrNone
@@ -127,6 +135,21 @@ func Open(ctx context.Context, js jetstream.JetStream, bucket string) (snap *Sna
 	if err != nil {
 		return nil, fmt.Errorf("snapshot object store %q: %w", bucket, err)
 	}
+	head, err := obs.GetInfo(ctx, Object)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return nil, ErrNone
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open snapshot: %w", err)
+	}
+	// Sized by the object as it is now: one replaced in between is
+	// another size, and its read ends at this bound or reads through.
+	ctx, cancel := context.WithTimeout(ctx, readBound(head.Size))
+	defer func() {
+		if snap == nil {
+			cancel()
+		}
+	}()
 	res, err := obs.Get(ctx, Object)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return nil, ErrNone

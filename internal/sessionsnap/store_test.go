@@ -14,7 +14,8 @@ import (
 // TestPutOpenSlowReader: a snapshot written to a real object store reads
 // back record for record with its metadata, also when the reader takes
 // longer than nats.go's default API timeout (5 s) to get through it: a
-// node reading gigabytes does. Before ReadTimeout the read failed then
+// node reading gigabytes does. Before the read was given a deadline of
+// its own (readBound) it failed then
 // with "nats: timeout".
 func TestPutOpenSlowReader(t *testing.T) {
 	if testing.Short() {
