@@ -65,3 +65,20 @@ func TestPutOpenSlowReader(t *testing.T) {
 		}
 	}
 }
+
+// TestReadBound: a snapshot's read may take 10 s plus a second per 2 MiB:
+// a small one is given up on within seconds (a replaced snapshot's read
+// never ends otherwise), 10 million sessions (2.6 GiB) get over twenty
+// minutes, far more than a node needs.
+func TestReadBound(t *testing.T) {
+	if got := readBound(0); got != 11*time.Second {
+		t.Fatalf("readBound(0) = %v, want 11s", got)
+	}
+	if got := readBound(1 << 20); got != 11*time.Second {
+		t.Fatalf("readBound(1 MiB) = %v, want 11s", got)
+	}
+	big := uint64(26) << 30 / 10 // 2.6 GiB
+	if got := readBound(big); got < 20*time.Minute || got > 25*time.Minute {
+		t.Fatalf("readBound(2.6 GiB) = %v, want 20–25 min", got)
+	}
+}
