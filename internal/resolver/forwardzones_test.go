@@ -318,7 +318,7 @@ func TestForwardZonesDig(t *testing.T) {
 	dig, err := exec.LookPath("dig")
 	if err != nil {
 		if testing.Short() {
-			t.Skip("-short and dig (bind9-dnsutils) not installed: the interop with a real client is not tried here; CI installs dig and runs it (.ci/run lists it among the tests that must not skip)")
+			t.Skip("-short and dig (bind9-dnsutils) not installed: the interop with a real client is not tried here; CI installs dig and runs it without -short, with the PostgreSQL URL set (.ci/run lists it among the tests that must not skip)")
 		}
 		t.Fatal("dig not installed (CI installs bind9-dnsutils)")
 	}

@@ -268,7 +268,7 @@ func Tmpfs(t testing.TB, size string) string {
 	}
 	dir := t.TempDir()
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("skipped: cannot mount a tmpfs here (a container without CAP_SYS_ADMIN?): %v: %s; CI runs as root and fails when a test that uses this skips (.ci/run's must-not-skip list)", err, out)
+		t.Skipf("skipped: cannot mount a tmpfs here (a container without CAP_SYS_ADMIN?): %v: %s; CI runs as root, with the PostgreSQL URL set, and fails when a test that uses this skips (.ci/run's must-not-skip list)", err, out)
 	}
 	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
 	return dir
