@@ -152,6 +152,15 @@ type Recursor struct {
 	bufs    sync.Pool // *[]byte of udpBufSize: UDP read buffers
 }
 
+// setDefault sets *v to d when it is the zero value (the field left
+// unset).
+func setDefault[T comparable](v *T, d T) {
+	var zero T
+	if *v == zero {
+		*v = d
+	}
+}
+
 // New validates cfg and returns a Recursor; it opens no socket.
 func New(cfg Config) (*Recursor, error) {
 	text := cfg.Hints
@@ -162,36 +171,19 @@ func New(cfg Config) (*Recursor, error) {
 	if err != nil {
 		return nil, err
 	}
-	def := func(v *int, d int) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	if cfg.Port == 0 {
-		cfg.Port = DefaultPort
-	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = DefaultTimeout
-	}
-	if cfg.MaxTime == 0 {
-		cfg.MaxTime = DefaultMaxTime
-	}
-	if cfg.UDPSize == 0 {
-		cfg.UDPSize = DefaultUDPSize
-	}
-	if cfg.MaxTTL == 0 {
-		cfg.MaxTTL = DefaultMaxTTL
-	}
-	if cfg.ThrottleBase == 0 {
-		cfg.ThrottleBase = DefaultThrottleBase
-	}
+	setDefault(&cfg.Port, DefaultPort)
+	setDefault(&cfg.Timeout, DefaultTimeout)
+	setDefault(&cfg.MaxTime, DefaultMaxTime)
+	setDefault(&cfg.UDPSize, DefaultUDPSize)
+	setDefault(&cfg.MaxTTL, DefaultMaxTTL)
+	setDefault(&cfg.ThrottleBase, DefaultThrottleBase)
+	setDefault(&cfg.MaxQueries, DefaultMaxQueries)
+	setDefault(&cfg.MaxDepth, DefaultMaxDepth)
+	setDefault(&cfg.MaxCNAME, DefaultMaxCNAME)
+	setDefault(&cfg.CacheSize, DefaultCacheSize)
 	if cfg.DontQuery == nil {
 		cfg.DontQuery = DefaultDontQuery()
 	}
-	def(&cfg.MaxQueries, DefaultMaxQueries)
-	def(&cfg.MaxDepth, DefaultMaxDepth)
-	def(&cfg.MaxCNAME, DefaultMaxCNAME)
-	def(&cfg.CacheSize, DefaultCacheSize)
 	switch {
 	case cfg.Timeout < 0 || cfg.MaxTime < cfg.Timeout:
 		return nil, fmt.Errorf("recursor: Timeout %v must be positive and at most MaxTime %v", cfg.Timeout, cfg.MaxTime)
